@@ -1,0 +1,86 @@
+"""Arrow schemas of the stored tables, defined once.
+
+The history is append-only and evolves by adding nullable columns: readers use
+``union_by_name`` so files written before a column existed read it as NULL. Never
+rename or retype a column; add a new one.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+#: Outcomes of a fetch attempt. Only ``ok`` and ``not_modified`` are observations of the
+#: page's content; every other outcome is an attempt that says nothing about change.
+OUTCOMES: tuple[str, ...] = (
+    "ok",  # 2xx with a body that was extracted and hashed
+    "not_modified",  # 304 to a conditional request: unchanged
+    "throttled",  # 429 / 503 (Retry-After recorded by the fetcher)
+    "timeout",
+    "error",  # network error, 5xx, unparseable response
+    "gone",  # 404 / 410
+    "redirect",  # redirect not followed (limit, off-host)
+    "robots_denied",
+    "shed",  # dropped by load shedding before any request was sent
+)
+OBSERVATION_OUTCOMES: tuple[str, ...] = ("ok", "not_modified")
+
+UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+#: One row per known URL.
+CATALOG_SCHEMA = pa.schema(
+    [
+        pa.field("url_id", pa.int64(), nullable=False),  # models.urls.url_id(normalized url)
+        pa.field("url", pa.string(), nullable=False),  # normalized URL
+        pa.field("host", pa.string(), nullable=False),
+        pa.field("value", pa.float64(), nullable=False),  # business value weight (tier -> weight)
+        pa.field("cost", pa.float64(), nullable=False),  # cost hint of one visit, budget units
+        pa.field("group", pa.string(), nullable=False),  # smoothing group (host or page type)
+        pa.field("source", pa.string(), nullable=False),  # seed, sitemap, link, ...
+        pa.field("discovered_at", UTC_TIMESTAMP, nullable=False),
+    ]
+)
+
+#: One row per fetch attempt. ``changed`` and ``interval_days`` are filled by the store
+#: when a cycle is committed: ``interval_days`` is the time since the page's previous
+#: observation (the one ``changed`` compares against), NULL for a first observation and
+#: for attempts that observed nothing.
+HISTORY_SCHEMA = pa.schema(
+    [
+        pa.field("url_id", pa.int64(), nullable=False),
+        pa.field("host", pa.string(), nullable=False),
+        pa.field("cycle_id", pa.int64(), nullable=False),
+        pa.field("fetched_at", UTC_TIMESTAMP, nullable=False),
+        pa.field("status", pa.int16()),  # HTTP status, NULL when no response
+        pa.field("outcome", pa.string(), nullable=False),  # one of OUTCOMES
+        pa.field("changed", pa.bool_()),  # vs the previous observation; NULL if unknown
+        pa.field("interval_days", pa.float64()),
+        pa.field("record_hash", pa.string()),  # hash of the extracted record
+        pa.field("simhash", pa.int64()),  # 64-bit simhash of the normalized text
+        pa.field("etag", pa.string()),
+        pa.field("last_modified", pa.string()),  # raw Last-Modified header
+        pa.field("bytes", pa.int64()),  # bytes transferred, headers included
+        pa.field("latency_s", pa.float64()),
+        pa.field("cost", pa.float64()),  # what the attempt cost, budget units
+        pa.field("retries", pa.int16()),
+    ]
+)
+
+#: Columns a caller must provide when writing history; the rest may be absent (NULL).
+HISTORY_REQUIRED: tuple[str, ...] = ("url_id", "host", "fetched_at", "outcome")
+CATALOG_REQUIRED: tuple[str, ...] = ("url", "host")
+
+#: Per-page sufficient statistics of the observed intervals, maintained by the history
+#: store at every commit (sums are additive over cycles) and rebuildable from the history.
+#: ``changed_sum*`` are sums of the first three powers of the changed intervals (days).
+PAGE_STATS_SCHEMA = pa.schema(
+    [
+        pa.field("url_id", pa.int64(), nullable=False),
+        pa.field("host", pa.string(), nullable=False),
+        pa.field("n_intervals", pa.int64(), nullable=False),
+        pa.field("n_changed", pa.int64(), nullable=False),
+        pa.field("unchanged_days", pa.float64(), nullable=False),
+        pa.field("changed_sum", pa.float64(), nullable=False),
+        pa.field("changed_sum_sq", pa.float64(), nullable=False),
+        pa.field("changed_sum_cube", pa.float64(), nullable=False),
+    ]
+)
