@@ -24,6 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     est.add_argument("--out", type=Path, help="write the estimates to this Parquet file")
     est.add_argument("--prior", choices=["empirical", "none"], default="empirical")
 
+    cat = sub.add_parser("catalog", help="add pages to the catalog from a CSV or Parquet file")
+    cat.add_argument("action", choices=["import"])
+    cat.add_argument("file", type=Path)
+    cat.add_argument("--root", type=Path, default=Path("data"))
+
     hist = sub.add_parser("history", help="inspect or maintain the fetch history")
     hist.add_argument("action", choices=["cycles", "rebuild-stats"])
     hist.add_argument("--root", type=Path, default=Path("data"))
@@ -63,6 +68,18 @@ def _estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _catalog(args: argparse.Namespace) -> int:
+    from tasks.catalog import CatalogStore
+
+    if not args.file.exists():
+        raise ValueError(f"no such file: {args.file}")
+    read = pd.read_parquet if args.file.suffix == ".parquet" else pd.read_csv
+    frame = read(args.file)
+    size = CatalogStore(args.root).upsert(frame)
+    print(f"imported {len(frame)} rows; the catalog under {args.root} now has {size} pages")
+    return 0
+
+
 def _history(args: argparse.Namespace) -> int:
     from tasks.history import HistoryStore
 
@@ -78,7 +95,7 @@ def _history(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"demo": _demo, "estimate": _estimate, "history": _history}
+_COMMANDS = {"demo": _demo, "estimate": _estimate, "catalog": _catalog, "history": _history}
 
 if __name__ == "__main__":
     raise SystemExit(main())

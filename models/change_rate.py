@@ -151,12 +151,15 @@ class IntervalStats:
         changed_sum: ArrayLike,
         changed_sum_sq: ArrayLike,
         changed_sum_cube: ArrayLike,
+        *,
+        check_unique: bool = True,
     ) -> IntervalStats:
         """Statistics from per-page sums of the changed intervals' first three powers.
 
         The changed-interval term of the likelihood is then evaluated by two-node Gauss
         quadrature matching those moments. Pages with no intervals (all zeros) are kept:
-        they get their group's prior.
+        they get their group's prior. ``check_unique=False`` skips the (hashing) check
+        that page ids are unique, for callers whose SQL guarantees it.
         """
         ids = _as_int(page_ids, "page_ids")
         n_int = _as_int(n_intervals, "n_intervals")
@@ -168,7 +171,7 @@ class IntervalStats:
         shapes = {a.shape for a in (ids, n_int, n_chg, unchanged, s1, s2, s3)}
         if len(shapes) != 1 or ids.ndim != 1:
             raise EstimationInputError("per-page moment arrays must be 1-D and of equal length")
-        if np.unique(ids).shape[0] != ids.shape[0]:
+        if check_unique and np.unique(ids).shape[0] != ids.shape[0]:
             raise EstimationInputError("page_ids must be unique in per-page statistics")
         _check_counts(n_int.astype(np.float64), n_chg.astype(np.float64))
         if (unchanged < 0).any() or (s1 < 0).any():
@@ -177,35 +180,49 @@ class IntervalStats:
             raise EstimationInputError("pages with intervals must have positive interval sums")
         t1, w1, t2, w2 = _two_point_quadrature(n_chg.astype(np.float64), s1, s2, s3)
         has = n_chg > 0
-        pages = np.flatnonzero(has)
-        second = has & (w2 > 0)
+        # Nodes interleaved page by page (sorted by page, as the solver wants them).
+        keep = np.stack([has, has & (w2 > 0)], axis=1).ravel()
         return cls(
             page_ids=ids,
             n_intervals=n_int,
             n_changed=n_chg,
             unchanged_days=unchanged,
             changed_days=s1,
-            node_page=np.concatenate([pages, np.flatnonzero(second)]).astype(np.int64),
-            node_days=np.concatenate([t1[has], t2[second]]),
-            node_weight=np.concatenate([w1[has], w2[second]]),
+            node_page=np.repeat(np.arange(ids.shape[0], dtype=np.int64), 2)[keep],
+            node_days=np.stack([t1, t2], axis=1).ravel()[keep],
+            node_weight=np.stack([w1, w2], axis=1).ravel()[keep],
         )
 
 
 @dataclass(frozen=True)
 class GammaPrior:
-    """Gamma(shape, rate) prior on a page's change rate, one pair per page (broadcastable).
+    """Gamma(shape, rate) priors on change rates: one pair per group, ``index`` maps pages.
 
-    Its mean is ``shape / rate`` changes/day; ``rate`` acts as pseudo-days of observation
-    without change and ``shape`` as pseudo-changes.
+    A prior's mean is ``shape / rate`` changes/day; ``rate`` acts as pseudo-days of
+    observation without change and ``shape`` as pseudo-changes. ``index`` (one entry per
+    page) names each page's group; with ``index=None`` the pairs are per page.
     """
 
     shape: FloatArray
     rate: FloatArray
+    index: IntArray | None = None
 
-    @property
-    def mean(self) -> FloatArray:
-        out: FloatArray = self.shape / self.rate
-        return out
+    def per_page(self, size: int) -> tuple[FloatArray, FloatArray]:
+        shape = np.asarray(self.shape, dtype=np.float64)
+        rate = np.asarray(self.rate, dtype=np.float64)
+        if self.index is None:
+            return np.broadcast_to(shape, (size,)).copy(), np.broadcast_to(rate, (size,)).copy()
+        return shape[self.index], rate[self.index]
+
+    def quantile(self, q: float, extra_days: FloatArray) -> FloatArray:
+        """Per-page q-quantile of Gamma(shape, rate + extra_days) (special function per group)."""
+        shape = np.asarray(self.shape, dtype=np.float64)
+        base = special.gammaincinv(shape, q)
+        rate = np.asarray(self.rate, dtype=np.float64)
+        if self.index is None:
+            out: FloatArray = np.broadcast_to(base, extra_days.shape) / (rate + extra_days)
+            return out
+        return base[self.index] / (rate[self.index] + extra_days)
 
 
 @dataclass(frozen=True)
@@ -287,11 +304,9 @@ def estimate_from_stats(
         raise EstimationInputError("need 0 < min_rate < max_rate")
     p = stats.size
     if isinstance(prior, GammaPrior):
-        gamma = GammaPrior(
-            np.broadcast_to(np.asarray(prior.shape, np.float64), (p,)).copy(),
-            np.broadcast_to(np.asarray(prior.rate, np.float64), (p,)).copy(),
-        )
-        if not ((gamma.shape > 0).all() and (gamma.rate > 0).all()):
+        gamma = prior
+        shape, rate_param = gamma.per_page(p)
+        if not ((shape > 0).all() and (rate_param > 0).all()):
             raise EstimationInputError("a GammaPrior needs positive shape and rate")
     elif prior == "empirical":
         gamma = fit_group_priors(stats, groups, min_rate=min_rate, max_rate=max_rate)
@@ -306,8 +321,9 @@ def estimate_from_stats(
         rate, curvature = _smoothed_mle(stats)
         prior_rate = np.full(p, np.nan)
     else:
-        rate, curvature = _posterior_mode(stats, gamma.shape, gamma.rate)
-        prior_rate = gamma.mean
+        shape, rate_param = gamma.per_page(p)
+        rate, curvature = _posterior_mode(stats, shape, rate_param)
+        prior_rate = shape / rate_param
     rate = np.clip(rate, min_rate, max_rate)
     log_std = 1.0 / np.sqrt(curvature)
     low = rate * np.exp(-_Z90 * log_std)
@@ -317,9 +333,8 @@ def estimate_from_stats(
         # posterior is exactly Gamma(a, b + U), whose quantiles replace the Laplace interval
         # (which cannot reach toward zero, where such a posterior has its mass).
         quiet = stats.n_changed == 0
-        scale = gamma.rate[quiet] + stats.unchanged_days[quiet]
-        low[quiet] = special.gammaincinv(gamma.shape[quiet], 0.05) / scale
-        high[quiet] = special.gammaincinv(gamma.shape[quiet], 0.95) / scale
+        low = np.where(quiet, gamma.quantile(0.05, stats.unchanged_days), low)
+        high = np.where(quiet, gamma.quantile(0.95, stats.unchanged_days), high)
     return RateEstimates(
         page_ids=stats.page_ids,
         rate=rate,
@@ -339,51 +354,115 @@ def fit_group_priors(
     *,
     min_rate: float = MIN_RATE,
     max_rate: float = MAX_RATE,
+    sample_per_group: int = 256,
+    seed: int = 0,
 ) -> GammaPrior:
-    """Empirical-Bayes Gamma prior per group, returned per page.
+    """Empirical-Bayes Gamma prior per group, fitted by expectation-maximization.
 
-    Each page's smoothed MLE gives a log-rate; per group their mean and variance are
-    matched to a Gamma distribution's log-moments
-    (``E log rate = digamma(a) - log b``, ``Var log rate = trigamma(a)``). The variance
-    is not reduced by the pages' sampling noise: that keeps the prior wide (it shrinks
-    less than a fully fitted one would), the safe direction when a group mixes pages that
-    never change with pages that change hourly; it is also floored. Groups with
-    fewer than ``MIN_GROUP_PAGES`` observed pages use the prior fitted to all pages;
+    The prior of each group is the Gamma(a, b) that maximizes the marginal likelihood of
+    its pages' observations, found by EM: the E-step takes each page's posterior under the
+    current prior (exact for pages that never changed, whose posterior is
+    Gamma(a, b + unchanged days); a Laplace approximation in log-rate otherwise), and the
+    M-step is the Gamma maximum-likelihood update on the posterior means of rate and
+    log-rate (Minka's fixed point). It starts from a cheap log-moment fit of the pages'
+    smoothed MLEs. Fitting plain MLEs instead would be badly biased: pages that never
+    changed in a short history all look alike, so their spread, and how slow the slowest
+    pages are, would be lost.
+
+    At most ``sample_per_group`` pages per group (a reproducible random sample) enter the
+    fit; every page is then estimated under its group's prior. Groups with fewer than
+    ``MIN_GROUP_PAGES`` observed pages use a prior fitted to the sample of all groups;
     with no observed page at all, a vague prior centred on one change a month.
     """
     p = stats.size
-    if groups is None:
-        codes = np.zeros(p, dtype=np.int64)
-    else:
-        g = np.asarray(groups)
-        if g.shape != (p,):
-            raise EstimationInputError(f"groups must have one entry per page ({p}), got {g.shape}")
-        _, codes = np.unique(g, return_inverse=True)
-        codes = codes.astype(np.int64)
+    codes = _group_codes(groups, p)
     n_groups = int(codes.max()) + 1 if p else 0
-
-    rate, _ = _smoothed_mle(stats)
-    log_rate = np.log(np.clip(np.nan_to_num(rate, nan=1.0), min_rate, max_rate))
     seen = stats.n_intervals > 0
-    w = seen.astype(np.float64)
+    count = _weighted_count(codes, seen.astype(np.float64), n_groups)
+    keep = np.minimum(1.0, sample_per_group / np.maximum(count, 1.0))
+    rng = np.random.default_rng(seed)
+    sample = np.flatnonzero(seen & (rng.random(p) < keep[codes]))
+    if sample.shape[0] == 0:
+        shape, rate = np.full(n_groups, 0.5), np.full(n_groups, 15.0)
+        return GammaPrior(shape=shape, rate=rate, index=codes)
+    sub = _select(stats, sample)
+    sub_codes = codes[sample]
+    clamp = (min_rate, max_rate)
+    a_all, b_all = _fit_gamma_em(sub, np.zeros(sample.shape[0], dtype=np.int64), 1, clamp)
+    a_grp, b_grp = _fit_gamma_em(sub, sub_codes, n_groups, clamp)
+    small = count < MIN_GROUP_PAGES
+    shape = np.where(small, a_all[0], a_grp)
+    rate = np.where(small, b_all[0], b_grp)
+    return GammaPrior(shape=shape, rate=rate, index=codes)
 
-    def moments(index: IntArray, size: int) -> tuple[FloatArray, FloatArray, FloatArray]:
-        count = _weighted_count(index, w, size)
+
+def _group_codes(groups: ArrayLike | None, size: int) -> IntArray:
+    """Dense integer codes for per-page group labels (used as-is if already small ints)."""
+    if groups is None:
+        return np.zeros(size, dtype=np.int64)
+    g = np.asarray(groups)
+    if g.shape != (size,):
+        raise EstimationInputError(f"groups must have one entry per page ({size}), got {g.shape}")
+    if g.dtype.kind in "iu" and size and g.min() >= 0 and g.max() < 2 * size:
+        return g.astype(np.int64)
+    _, inverse = np.unique(g, return_inverse=True)
+    return inverse.astype(np.int64)
+
+
+def _fit_gamma_em(
+    stats: IntervalStats,
+    codes: IntArray,
+    n_groups: int,
+    clamp: tuple[float, float],
+    iterations: int = 100,
+    tolerance: float = 1e-4,
+) -> tuple[FloatArray, FloatArray]:
+    """Per-group Gamma (shape, rate) by EM over the given pages (all observed)."""
+    count = _weighted_count(codes, np.ones(codes.shape[0]), n_groups)
+    shape, rate = _log_moment_fit(stats, codes, n_groups, clamp)
+    quiet = stats.n_changed == 0
+    unchanged = stats.unchanged_days
+    guess: FloatArray | None = None
+    for _ in range(iterations):
+        a, b = shape[codes], rate[codes]
+        mode, curvature = _posterior_mode(stats, a, b, start=guess)
+        guess = mode
+        e_log = np.where(quiet, special.digamma(shape)[codes] - np.log(b + unchanged), np.log(mode))
+        e_rate = np.where(
+            quiet,
+            a / (b + unchanged),
+            np.minimum(mode * np.exp(0.5 / curvature), np.e * clamp[1]),
+        )
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean = _weighted_count(index, w * log_rate, size) / count
-            var = _weighted_count(index, w * log_rate**2, size) / count - mean**2
-        return count, mean, np.maximum(var, _MIN_LOG_VARIANCE)
+            mean_rate = _weighted_count(codes, e_rate, n_groups) / count
+            mean_log = _weighted_count(codes, e_log, n_groups) / count
+        gap = np.maximum(np.log(mean_rate) - mean_log, 1e-8)
+        new_shape = np.clip(_inverse_log_minus_digamma(gap), 1e-3, 1e4)
+        new_rate = new_shape / mean_rate
+        valid = count > 0
+        new_shape = np.where(valid, new_shape, shape)
+        new_rate = np.where(valid, new_rate, rate)
+        step = np.maximum(np.abs(np.log(new_shape / shape)), np.abs(np.log(new_rate / rate)))
+        shape, rate = new_shape, new_rate
+        if not (step > tolerance).any():
+            break
+    return shape, rate
 
-    g_count, g_mean, g_var = moments(codes, n_groups)
-    a_count, a_mean, a_var = moments(np.zeros(p, dtype=np.int64), 1)
-    if a_count[0] == 0:
-        a_mean, a_var = np.array([np.log(1 / 30)]), np.array([4.0])
-    small = g_count < MIN_GROUP_PAGES
-    g_mean = np.where(small, a_mean[0], g_mean)
-    g_var = np.where(small, a_var[0], g_var)
-    shape = _inverse_trigamma(g_var)
-    rate_param = np.exp(special.digamma(shape) - g_mean)
-    return GammaPrior(shape=shape[codes], rate=rate_param[codes])
+
+def _log_moment_fit(
+    stats: IntervalStats, codes: IntArray, n_groups: int, clamp: tuple[float, float]
+) -> tuple[FloatArray, FloatArray]:
+    """Gamma matched to the mean and variance of the pages' smoothed log-MLEs (EM's start)."""
+    rate, _ = _smoothed_mle(stats)
+    log_rate = np.log(np.clip(np.nan_to_num(rate, nan=1.0), *clamp))
+    count = _weighted_count(codes, np.ones(codes.shape[0]), n_groups)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = _weighted_count(codes, log_rate, n_groups) / count
+        var = _weighted_count(codes, log_rate**2, n_groups) / count - mean**2
+    mean = np.where(count > 0, mean, np.log(1 / 30))
+    var = np.where(count > 1, np.maximum(var, _MIN_LOG_VARIANCE), 4.0)
+    shape = _inverse_trigamma(var)
+    return shape, np.exp(special.digamma(shape) - mean)
 
 
 # --------------------------------------------------------------------------- solver
@@ -392,110 +471,136 @@ def fit_group_priors(
 def _smoothed_mle(stats: IntervalStats) -> tuple[FloatArray, FloatArray]:
     """Plain MLE; where it is 0 or infinite, add one changed and one unchanged half-interval.
 
-    Pages with no intervals at all get NaN rate and zero curvature replaced by 1e-12.
+    The half-interval is half the page's mean interval (Kolobov et al. smooth the same
+    way). Pages with no intervals at all get NaN rate and a tiny curvature.
     """
     p = stats.size
     zeros = np.zeros(p)
     rate, curv = _posterior_mode(stats, zeros, zeros)
-    boundary = (stats.n_intervals > 0) & (
-        (stats.n_changed == 0) | (stats.n_changed == stats.n_intervals)
-    )
-    if boundary.any():
-        half = 0.5 * (stats.unchanged_days + stats.changed_days) / np.maximum(stats.n_intervals, 1)
-        extra = np.flatnonzero(boundary)
+    seen = stats.n_intervals > 0
+    half = 0.5 * (stats.unchanged_days + stats.changed_days) / np.maximum(stats.n_intervals, 1)
+    # Never changed: one imaginary changed half-interval h against U + h unchanged days,
+    # h / (exp(r h) - 1) = U + h, solved in closed form.
+    quiet = np.flatnonzero(seen & (stats.n_changed == 0))
+    h, total = half[quiet], stats.unchanged_days[quiet] + half[quiet]
+    r_quiet = np.log1p(h / total) / h
+    rate[quiet] = r_quiet
+    em1 = np.expm1(r_quiet * h)
+    curv[quiet] = r_quiet**2 * h * h * (em1 + 1.0) / em1**2
+    # Changed at every visit: add the two half-intervals and solve those pages alone.
+    busy = np.flatnonzero(seen & (stats.n_changed == stats.n_intervals))
+    if busy.shape[0]:
+        sub = _select(stats, busy)
         padded = IntervalStats(
-            page_ids=stats.page_ids,
-            n_intervals=stats.n_intervals,
-            n_changed=stats.n_changed,
-            unchanged_days=stats.unchanged_days + np.where(boundary, half, 0.0),
-            changed_days=stats.changed_days,
-            node_page=np.concatenate([stats.node_page, extra]),
-            node_days=np.concatenate([stats.node_days, half[extra]]),
-            node_weight=np.concatenate([stats.node_weight, np.ones(extra.shape[0])]),
+            page_ids=sub.page_ids,
+            n_intervals=sub.n_intervals,
+            n_changed=sub.n_changed,
+            unchanged_days=sub.unchanged_days + half[busy],
+            changed_days=sub.changed_days,
+            node_page=np.concatenate([sub.node_page, np.arange(busy.shape[0])]),
+            node_days=np.concatenate([sub.node_days, half[busy]]),
+            node_weight=np.concatenate([sub.node_weight, np.ones(busy.shape[0])]),
         )
-        r2, c2 = _posterior_mode(padded, zeros, zeros)
-        rate = np.where(boundary, r2, rate)
-        curv = np.where(boundary, c2, curv)
-    empty = stats.n_intervals == 0
-    rate = np.where(empty, np.nan, rate)
-    curv = np.where(empty | ~(curv > 0), 1e-12, curv)
+        sub_zeros = np.zeros(busy.shape[0])
+        rate[busy], curv[busy] = _posterior_mode(padded, sub_zeros, sub_zeros)
+    rate = np.where(seen, rate, np.nan)
+    curv = np.where(~seen | ~(curv > 0), 1e-12, curv)
     return rate, curv
 
 
+def _select(stats: IntervalStats, pages: IntArray) -> IntervalStats:
+    """The statistics of some pages (sorted indices), nodes renumbered."""
+    keep = np.zeros(stats.size, dtype=bool)
+    keep[pages] = True
+    new_index = np.cumsum(keep) - 1
+    node_keep = keep[stats.node_page]
+    return IntervalStats(
+        page_ids=stats.page_ids[pages],
+        n_intervals=stats.n_intervals[pages],
+        n_changed=stats.n_changed[pages],
+        unchanged_days=stats.unchanged_days[pages],
+        changed_days=stats.changed_days[pages],
+        node_page=new_index[stats.node_page[node_keep]],
+        node_days=stats.node_days[node_keep],
+        node_weight=stats.node_weight[node_keep],
+    )
+
+
 def _posterior_mode(
-    stats: IntervalStats, shape: FloatArray, rate_param: FloatArray
+    stats: IntervalStats,
+    shape: FloatArray,
+    rate_param: FloatArray,
+    *,
+    start: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Solve ``G(r) + a / r = U + b`` per page, G the changed-interval term; return r, J.
 
-    ``G(r) = sum_nodes w t / (exp(r t) - 1)`` is decreasing, so the left side falls from
-    +inf to 0 and the root is unique whenever ``U + b > 0`` and ``G + a`` is not all zero.
-    Safeguarded Newton in log r, all pages at once; only unconverged pages iterate.
-    ``J = a - r^2 G'(r)`` is the curvature of the log posterior in log r.
-    Pages without a root (no data and no prior) get NaN.
+    ``G(r) = sum_nodes w t / (exp(r t) - 1)`` is decreasing, so the root is unique
+    whenever ``U + b > 0`` and there is a change or a prior. Multiplying by r gives
+    ``S(r) + a = (U + b) r`` with ``S = sum w phi(r t)``, ``phi(u) = u / (exp(u) - 1)``
+    falling from 1 to 0; in logs, ``F = log(S + a) - log r - log(U + b)`` has slope
+    ``D / (S + a) - 1`` in log r (``D = sum w u phi'(u) <= 0``), always <= -1, so Newton
+    in log r converges in a handful of steps from any start, all pages at once.
+    ``J = a + S - D`` is the curvature of the log posterior in log r.
+    Pages without a root (no change and no prior, or nothing unchanged) get NaN.
     """
     p = stats.size
     target = stats.unchanged_days + rate_param
-    node_mass = np.bincount(stats.node_page, weights=stats.node_weight, minlength=p)
-    has_change = (node_mass > 0) | (shape > 0)
-    solvable = (target > 0) & has_change
-    # Start from the change count over total exposure (the naive rate), which brackets well.
-    exposure = stats.unchanged_days + stats.changed_days + rate_param
+    node_mass = _weighted_count(stats.node_page, stats.node_weight, p)
+    solvable = (target > 0) & ((node_mass > 0) | (shape > 0))
+    exposure = target + stats.changed_days
     guess = (node_mass + shape) / np.where(exposure > 0, exposure, 1.0)
-    log_r = np.log(np.clip(guess, 1e-9, 1e6))
-    lo = np.full(p, np.log(1e-12))
-    hi = np.full(p, np.log(1e9))
-    active = np.flatnonzero(solvable)
-    node_order = np.argsort(stats.node_page, kind="stable")
-    node_page = stats.node_page[node_order]
-    node_days = stats.node_days[node_order]
-    node_weight = stats.node_weight[node_order]
+    if start is not None:
+        guess = np.where(np.isfinite(start) & (start > 0), start, guess)
+    log_r = np.log(np.clip(guess, 1e-12, 1e9))
+    log_target = np.log(np.where(solvable, target, 1.0))
+    node_page, node_days, node_weight = stats.node_page, stats.node_days, stats.node_weight
+    if (np.diff(node_page) < 0).any():
+        order = np.argsort(node_page, kind="stable")
+        node_page, node_days, node_weight = node_page[order], node_days[order], node_weight[order]
     node_start = np.searchsorted(node_page, np.arange(p + 1))
 
-    def term(pages: IntArray, r: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """G and dG/dr for the given pages (their nodes gathered by CSR offsets)."""
+    def sums(pages: IntArray, r: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """S and D for the given pages (their nodes gathered by CSR offsets)."""
         counts = node_start[pages + 1] - node_start[pages]
         total = int(counts.sum())
-        if total == 0:
-            z = np.zeros(pages.shape[0])
-            return z, z
-        local = np.repeat(np.arange(pages.shape[0]), counts)
-        idx = np.repeat(node_start[pages] - np.cumsum(counts) + counts, counts) + np.arange(total)
-        t = node_days[idx]
-        u = r[local] * t
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            em1 = np.expm1(u)
-            g = node_weight[idx] * t / em1
-            dg = -node_weight[idx] * t * t / (em1 * -np.expm1(-u))
-        g = np.where(np.isfinite(g), g, 0.0)
-        dg = np.where(np.isfinite(dg), dg, 0.0)
         size = pages.shape[0]
-        return _weighted_count(local, g, size), _weighted_count(local, dg, size)
+        if total == 0:
+            return np.zeros(size), np.zeros(size)
+        local = np.repeat(np.arange(size), counts)
+        idx = np.repeat(node_start[pages] - np.cumsum(counts) + counts, counts) + np.arange(total)
+        u = r[local] * node_days[idx]
+        phi, u_dphi = _phi(u)
+        w = node_weight[idx]
+        return _weighted_count(local, w * phi, size), _weighted_count(local, w * u_dphi, size)
 
-    for _ in range(100):
+    active = np.flatnonzero(solvable)
+    for _ in range(60):
         if active.shape[0] == 0:
             break
         r = np.exp(log_r[active])
-        g, dg = term(active, r)
-        a = shape[active]
-        h = g + a / r - target[active]
-        slope = r * dg - a / r  # dh / dlog r, always < 0
-        # h > 0 means the root is at a larger rate.
-        lo[active] = np.where(h > 0, log_r[active], lo[active])
-        hi[active] = np.where(h <= 0, log_r[active], hi[active])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            step = -h / slope
-        proposal = log_r[active] + np.clip(np.nan_to_num(step, nan=0.0), -5.0, 5.0)
-        bad = ~((proposal > lo[active]) & (proposal < hi[active])) | (slope >= 0)
-        proposal = np.where(bad, 0.5 * (lo[active] + hi[active]), proposal)
-        done = np.abs(proposal - log_r[active]) < 1e-12
-        log_r[active] = proposal
-        active = active[~done]
+        s_val, d_val = sums(active, r)
+        total = s_val + shape[active]
+        f = np.log(total) - log_r[active] - log_target[active]
+        step = np.clip(-f / (d_val / total - 1.0), -10.0, 10.0)
+        log_r[active] += step
+        active = active[np.abs(step) > 1e-11]
 
-    rate = np.where(solvable, np.exp(log_r), np.nan)
-    all_pages = np.arange(p, dtype=np.int64)
-    g, dg = term(all_pages, np.where(solvable, rate, 1.0))
-    curvature = shape - np.where(solvable, rate, 1.0) ** 2 * dg
-    return rate, curvature
+    rate = np.where(solvable, np.exp(np.clip(log_r, -700.0, 700.0)), np.nan)
+    s_all, d_all = sums(np.arange(p, dtype=np.int64), np.where(solvable, rate, 1.0))
+    return rate, shape + s_all - d_all
+
+
+def _phi(u: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``phi(u) = u / (exp(u) - 1)`` and ``u phi'(u)``, stable for tiny and huge u."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        em1 = np.expm1(u)
+        phi = u / em1
+        u_dphi = u * (em1 - u * (em1 + 1.0)) / (em1 * em1)
+    tiny = u < 1e-8
+    phi = np.where(tiny, 1.0, np.where(np.isfinite(phi), phi, 0.0))
+    u_dphi = np.where(tiny, -0.5 * u, np.where(np.isfinite(u_dphi), u_dphi, 0.0))
+    return phi, u_dphi
 
 
 # --------------------------------------------------------------------------- helpers
@@ -533,6 +638,17 @@ def _two_point_quadrature(
 def _weighted_count(index: IntArray, weights: FloatArray, size: int) -> FloatArray:
     """Sum of ``weights`` per value of ``index`` (0..size-1), as float64."""
     out: FloatArray = np.bincount(index, weights=weights, minlength=size).astype(np.float64)
+    return out
+
+
+def _inverse_log_minus_digamma(gap: FloatArray) -> FloatArray:
+    """Solve log(a) - digamma(a) = gap for a > 0 (Minka's start, then Newton)."""
+    a = (3.0 - gap + np.sqrt((gap - 3.0) ** 2 + 24.0 * gap)) / (12.0 * gap)
+    for _ in range(8):
+        f = np.log(a) - special.digamma(a) - gap
+        slope = 1.0 / a - special.polygamma(1, a)
+        a = np.maximum(a - f / slope, a / 10.0)
+    out: FloatArray = a
     return out
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -13,7 +12,7 @@ import pyarrow.parquet as pq
 
 from models.schemas import CATALOG_REQUIRED, CATALOG_SCHEMA
 from models.urls import InvalidURLError, normalize, url_id
-from tasks.history import HistoryCorruptError, _write_parquet
+from tasks.history import HistoryCorruptError, _write_parquet, connect
 
 DEFAULTS = {"value": 1.0, "cost": 1.0, "source": "seed"}
 
@@ -42,7 +41,7 @@ class CatalogStore:
         A page already known keeps its ``discovered_at``; other columns take the new values.
         """
         new = prepare_catalog_rows(rows)
-        con = duckdb.connect()
+        con = connect()
         con.register("old", self.read())
         con.register("new", new)
         merged = con.sql(

@@ -57,6 +57,13 @@ MANIFEST = "_manifest.json"
 STAGING_MAX_AGE_S = 6 * 3600
 
 
+def connect() -> duckdb.DuckDBPyConnection:
+    """An in-process DuckDB connection for the store's queries (no progress bar in logs)."""
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
 class HistoryError(RuntimeError):
     """Base class of the history store's errors."""
 
@@ -122,13 +129,13 @@ class HistoryStore:
         files = self.files(cycles)
         if not files:
             return HISTORY_SCHEMA.empty_table()
-        con = duckdb.connect()
+        con = connect()
         table = self._checked(
-            lambda: con.execute(
-                "SELECT * FROM read_parquet($files, union_by_name=true) "
-                "ORDER BY cycle_id, url_id, fetched_at",
-                {"files": files},
-            ).to_arrow_table(),
+            lambda: (
+                con.read_parquet(files, union_by_name=True)
+                .order("cycle_id, url_id, fetched_at")
+                .to_arrow_table()
+            ),
             files,
         )
         return _conform(table)
@@ -146,7 +153,7 @@ class HistoryStore:
         files = self.files()
         if not files:
             return PAGE_STATS_SCHEMA.empty_table()
-        con = duckdb.connect()
+        con = connect()
         return self._checked(
             lambda: _aggregate_stats(con, con.read_parquet(files, union_by_name=True)), files
         )
@@ -302,7 +309,7 @@ class CycleWriter:
                 )
             replaced = str(self.cycle_id) in manifest["cycles"]
             prior_files = store.files([c for c in published if c != self.cycle_id])
-            con = duckdb.connect()
+            con = connect()
             parts = [str(p) for p in self.parts]
             if parts:
                 staged = con.read_parquet(parts, union_by_name=True)

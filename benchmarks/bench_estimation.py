@@ -1,0 +1,130 @@
+"""Benchmark: change-rate estimation over a large history against a bare DuckDB scan.
+
+Builds (once, cached under benchmarks/out/) a synthetic history of N pages x C cycles,
+every page observed in every cycle, through the real history store. Then, each in a
+fresh process so peak memory is its own, alternating, `--repeat` times:
+
+  bare         SELECT url_id, count(*) FROM <history> GROUP BY url_id   (the ceiling)
+  estimate     load_rate_estimates(): per-page statistics -> empirical-Bayes MLE -> DataFrame
+  cold         the same, but the per-page statistics recomputed from every history file
+               (what `recrawl history rebuild-stats` does) instead of the maintained ones
+
+Reproduce:  .venv/bin/python benchmarks/bench_estimation.py [--pages 10000000 --cycles 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OUT = Path(__file__).parent / "out"
+
+
+def build(root: Path, pages: int, cycles: int) -> None:
+    from models.synthetic import generate_history, generate_web
+    from tasks.history import HistoryStore
+
+    marker = root / f"built-{pages}-{cycles}"
+    if marker.exists():
+        print(f"using cached history under {root}")
+        return
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)
+    t0 = time.perf_counter()
+    web = generate_web(pages, seed=1)
+    store = HistoryStore(root)
+    rows = 0
+    history = generate_history(web, cycles, failure_rate=0.0, seed=1)
+    for cycle_id, table in history:
+        rows += store.write_cycle(cycle_id, table, link=False).rows
+        print(f"  wrote cycle {cycle_id} ({rows:,} rows so far)", flush=True)
+    marker.touch()
+    print(f"built {rows:,} history rows in {time.perf_counter() - t0:.0f} s")
+
+
+def child(kind: str, root: Path) -> None:
+    import duckdb
+
+    from models.change_rate import estimate_from_stats
+    from tasks.estimation import load_rate_estimates, read_estimation_inputs
+    from tasks.history import HistoryStore
+
+    store = HistoryStore(root)
+    base_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t0 = time.perf_counter()
+    if kind == "bare":
+        con = duckdb.connect()
+        out = con.execute(
+            "SELECT url_id, count(*) AS n FROM read_parquet($files) GROUP BY url_id",
+            {"files": store.files()},
+        ).to_arrow_table()
+        pages = out.num_rows
+    elif kind == "estimate":
+        pages = len(load_rate_estimates(root, use_catalog=False))
+    elif kind == "cold":
+        store.manifest()  # the maintained stats are ignored: recompute from the files
+        stats_table = store._aggregate_all()
+        del stats_table
+        # estimation itself as in "estimate", on the freshly aggregated statistics
+        inputs = read_estimation_inputs(root, use_catalog=False)
+        pages = estimate_from_stats(inputs.stats, groups=inputs.group_codes).page_ids.shape[0]
+    else:
+        raise SystemExit(f"unknown kind {kind}")
+    seconds = time.perf_counter() - t0
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        json.dumps(
+            {
+                "kind": kind,
+                "seconds": seconds,
+                "peak_mb": peak_mb,
+                "added_mb": peak_mb - base_mb,
+                "pages": pages,
+            }
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pages", type=int, default=10_000_000)
+    parser.add_argument("--cycles", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--child", choices=["bare", "estimate", "cold"])
+    parser.add_argument("--root", type=Path)
+    args = parser.parse_args()
+    root = args.root or OUT / f"history-{args.pages}x{args.cycles}"
+    if args.child:
+        child(args.child, root)
+        return
+    build(root, args.pages, args.cycles)
+    runs: dict[str, list[dict[str, float]]] = {"bare": [], "estimate": [], "cold": []}
+    for _ in range(args.repeat):
+        for kind in runs:
+            cmd = [sys.executable, __file__, "--child", kind, "--root", str(root)]
+            done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            runs[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    bare = statistics.median(r["seconds"] for r in runs["bare"])
+    print(f"\n{args.pages:,} pages x {args.cycles} observations, {args.repeat} runs each (median)")
+    print(f"{'step':<10}{'seconds':>10}{'x bare':>9}{'peak RSS MiB':>14}{'above imports':>15}")
+    for kind, results in runs.items():
+        secs = statistics.median(r["seconds"] for r in results)
+        peak = max(r["peak_mb"] for r in results)
+        added = max(r["added_mb"] for r in results)
+        print(f"{kind:<10}{secs:>10.2f}{secs / bare:>9.2f}{peak:>14.0f}{added:>15.0f}")
+    print("target: estimate within 1.5x of bare")
+    print(
+        "reproduce: .venv/bin/python benchmarks/bench_estimation.py "
+        f"--pages {args.pages} --cycles {args.cycles}"
+    )
+
+
+if __name__ == "__main__":
+    main()

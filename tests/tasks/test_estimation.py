@@ -1,0 +1,40 @@
+import numpy as np
+import pandas as pd
+
+from models.synthetic import generate_history, generate_web
+from tasks.catalog import CatalogStore
+from tasks.estimation import load_rate_estimates
+from tasks.history import HistoryStore
+
+
+def test_load_rate_estimates_covers_catalog_and_tracks_truth(tmp_path):
+    web = generate_web(4000, seed=11)
+    CatalogStore(tmp_path).upsert(web.catalog_table())
+    store = HistoryStore(tmp_path)
+    # A tenth of the catalog is never fetched: those pages must still get an estimate.
+    fetched = web.url_ids[: int(web.size * 0.9)]
+    for cycle_id, table in generate_history(web, 40, seed=11):
+        keep = np.isin(table["url_id"].to_numpy(), fetched)
+        store.write_cycle(cycle_id, table.filter(keep), link=False)
+
+    frame = load_rate_estimates(tmp_path)
+    assert len(frame) == web.size
+    assert set(frame.columns) >= {"url_id", "host", "group", "rate", "rate_low", "rate_high"}
+    assert np.isfinite(frame["rate"]).all() and (frame["rate"] > 0).all()
+    unseen = frame[frame["n_intervals"] == 0]
+    assert len(unseen) == web.size - len(fetched)
+    np.testing.assert_allclose(unseen["rate"], unseen["prior_rate"].clip(5e-4, 7), rtol=1e-9)
+
+    truth = pd.Series(web.rate, index=web.url_ids).reindex(frame["url_id"]).to_numpy()
+    measurable = (frame["n_intervals"].to_numpy() > 30) & (truth > 0.05) & (truth < 2)
+    ratio = frame["rate"].to_numpy()[measurable] / truth[measurable]
+    assert 0.85 < np.median(ratio) < 1.15
+
+
+def test_without_catalog_groups_by_host(tmp_path):
+    web = generate_web(500, seed=12)
+    store = HistoryStore(tmp_path)
+    for cycle_id, table in generate_history(web, 5, seed=12):
+        store.write_cycle(cycle_id, table, link=False)
+    frame = load_rate_estimates(tmp_path, use_catalog=False)
+    assert (frame["group"].astype(str) == frame["host"].astype(str)).all()

@@ -1,0 +1,60 @@
+import subprocess
+import sys
+
+
+def run(*args, cwd):
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, cwd=cwd
+    )
+
+
+def test_demo_runs_and_prints_the_comparison(tmp_path):
+    done = run("demo", "--root", str(tmp_path / "d"), "--pages", "3000", "--cycles", "8", cwd=None)
+    assert done.returncode == 0, done.stderr
+    assert "MLE + empirical Bayes" in done.stdout
+    assert "90% interval" in done.stdout
+    listing = run("history", "cycles", "--root", str(tmp_path / "d"), cwd=None)
+    assert listing.stdout.count("cycle ") == 8
+
+
+def test_estimate_on_missing_history_is_empty_not_a_crash(tmp_path):
+    done = run("estimate", "--root", str(tmp_path), "--out", str(tmp_path / "e.parquet"), cwd=None)
+    assert done.returncode == 0, done.stderr
+    assert "wrote 0 estimates" in done.stdout
+
+
+def test_corrupt_history_gives_a_clear_error(tmp_path):
+    root = tmp_path / "d"
+    assert (
+        run("demo", "--root", str(root), "--pages", "500", "--cycles", "3", cwd=None).returncode
+        == 0
+    )
+    (root / "history" / "_manifest.json").write_text("{not json")
+    done = run("estimate", "--root", str(root), cwd=None)
+    assert done.returncode == 2
+    assert "manifest" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_catalog_import_normalizes_and_is_idempotent(tmp_path):
+    import pyarrow.parquet as pq
+
+    csv = tmp_path / "c.csv"
+    csv.write_text(
+        "url,value\nHTTP://Example.com:80/a/./b?utm_source=x#top,2\nhttp://example.com/a/b,5\n"
+    )
+    for _ in range(2):
+        done = run("catalog", "import", str(csv), "--root", str(tmp_path), cwd=None)
+        assert done.returncode == 0, done.stderr
+    table = pq.read_table(tmp_path / "pages" / "catalog.parquet").to_pylist()
+    assert [(r["url"], r["value"], r["group"]) for r in table] == [
+        ("http://example.com/a/b", 5.0, "example.com")
+    ]
+
+
+def test_catalog_import_rejects_bad_urls_by_row(tmp_path):
+    csv = tmp_path / "c.csv"
+    csv.write_text("url\nhttp://ok.test/\nftp://nope.test/x\n")
+    done = run("catalog", "import", str(csv), "--root", str(tmp_path), cwd=None)
+    assert done.returncode == 2
+    assert "row 1" in done.stderr and "ftp://nope.test/x" in done.stderr
+    assert not (tmp_path / "pages" / "catalog.parquet").exists()

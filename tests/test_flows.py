@@ -1,0 +1,34 @@
+import pandas as pd
+import pytest
+from prefect.testing.utilities import prefect_test_harness
+
+from flows.estimate import estimate_flow, estimate_rates_task
+from models.synthetic import generate_history, generate_web
+from tasks.history import HistoryStore
+
+
+@pytest.fixture(scope="session")
+def prefect():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def history_root(tmp_path):
+    web = generate_web(800, seed=21)
+    store = HistoryStore(tmp_path)
+    for cycle_id, table in generate_history(web, 4, seed=21):
+        store.write_cycle(cycle_id, table, link=False)
+    return tmp_path
+
+
+def test_task_body_without_prefect(history_root):
+    path, count = estimate_rates_task.fn(str(history_root))
+    assert count == len(pd.read_parquet(path)) > 0
+
+
+def test_estimate_flow_returns_a_path_and_count(prefect, history_root):
+    result = estimate_flow(str(history_root))
+    frame = pd.read_parquet(result["path"])
+    assert result["pages"] == len(frame) > 0
+    assert frame["rate"].gt(0).all()
