@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +34,15 @@ class CatalogStore:
         try:
             return pq.read_table(self.path, schema=CATALOG_SCHEMA)
         except (pa.ArrowException, OSError) as exc:
+            raise HistoryCorruptError(f"catalog file {self.path} is unreadable: {exc}") from None
+
+    def relation(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
+        """The catalog as a DuckDB relation (empty if there is none)."""
+        if not self.path.exists():
+            return con.from_arrow(CATALOG_SCHEMA.empty_table())
+        try:
+            return con.read_parquet(str(self.path))
+        except duckdb.Error as exc:
             raise HistoryCorruptError(f"catalog file {self.path} is unreadable: {exc}") from None
 
     def upsert(self, rows: pa.Table | pd.DataFrame) -> int:

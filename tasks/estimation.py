@@ -44,50 +44,82 @@ def load_rate_estimates(
     return estimates_frame(estimates, inputs)
 
 
+_STAT_COLUMNS = (
+    "n_intervals",
+    "n_changed",
+    "unchanged_days",
+    "changed_sum",
+    "changed_sum_sq",
+    "changed_sum_cube",
+)
+
+# Every catalog page, with the statistics of those observed (zeros for the others), and
+# the observed pages the catalog lacks; the group comes from the catalog, else the host.
+_CATALOG_PAGES = """
+CREATE TEMP TABLE pages AS
+SELECT url_id, coalesce(c.host, s.host) AS host, coalesce(c."group", s.host) AS grp,
+       coalesce(s.n_intervals, 0) AS n_intervals, coalesce(s.n_changed, 0) AS n_changed,
+       coalesce(s.unchanged_days, 0) AS unchanged_days,
+       coalesce(s.changed_sum, 0) AS changed_sum,
+       coalesce(s.changed_sum_sq, 0) AS changed_sum_sq,
+       coalesce(s.changed_sum_cube, 0) AS changed_sum_cube
+FROM catalog c FULL OUTER JOIN stats s USING (url_id)
+"""
+# Without a catalog: the observed pages, grouped by host.
+_HISTORY_PAGES = "CREATE TEMP VIEW pages AS SELECT *, host AS grp FROM stats"
+_HOST_NAMES = """
+SELECT host AS name, (row_number() OVER () - 1)::BIGINT AS code
+FROM (SELECT DISTINCT host FROM pages ORDER BY host)
+"""
+_GROUP_NAMES = """
+SELECT grp AS name, (row_number() OVER () - 1)::BIGINT AS code
+FROM (SELECT DISTINCT grp FROM pages ORDER BY grp)
+"""
+_CODED_PAGES = """
+SELECT p.url_id, h.code AS host_code, g.code AS group_code, p.n_intervals, p.n_changed,
+       p.unchanged_days, p.changed_sum, p.changed_sum_sq, p.changed_sum_cube
+FROM pages p JOIN host_names h ON p.host = h.name JOIN group_names g ON p.grp = g.name
+"""
+_CODED_PAGES_BY_HOST = """
+SELECT p.url_id, h.code AS host_code, h.code AS group_code, p.n_intervals, p.n_changed,
+       p.unchanged_days, p.changed_sum, p.changed_sum_sq, p.changed_sum_cube
+FROM pages p JOIN host_names h ON p.host = h.name
+"""
+
+
 def read_estimation_inputs(root: str | Path, *, use_catalog: bool = True) -> EstimationInputs:
-    """Per-page statistics joined (in DuckDB) with the catalog's groups."""
-    stats = HistoryStore(root).page_stats()
+    """Per-page statistics joined with the catalog's groups, hosts and groups as codes.
+
+    DuckDB does the join and turns host and group names into dense integer codes (by
+    joining with the small table of distinct names), so no per-page string reaches
+    Python.
+    """
     con = connect()
-    con.register("stats", stats)
+    con.register("stats", HistoryStore(root).page_stats_relation(con))
     catalog = CatalogStore(root)
-    if use_catalog and catalog.path.exists():
-        con.register("catalog", catalog.read())
-        sql = """SELECT url_id, coalesce(c.host, s.host) AS host,
-                        coalesce(c."group", s.host) AS grp,
-                        coalesce(n_intervals, 0) AS n_intervals,
-                        coalesce(n_changed, 0) AS n_changed,
-                        coalesce(unchanged_days, 0) AS unchanged_days,
-                        coalesce(changed_sum, 0) AS changed_sum,
-                        coalesce(changed_sum_sq, 0) AS changed_sum_sq,
-                        coalesce(changed_sum_cube, 0) AS changed_sum_cube
-                 FROM catalog c FULL OUTER JOIN stats s USING (url_id)"""
-    else:
-        sql = "SELECT *, host AS grp FROM stats"
-    table: pa.Table = con.sql(sql).to_arrow_table()
-    col = {name: table[name].to_numpy() for name in table.column_names if name not in TEXT}
-    # Dictionary codes are hash-based in Arrow; a numpy unique over strings is slow.
-    groups = table["grp"].combine_chunks().dictionary_encode()
-    hosts = table["host"].combine_chunks().dictionary_encode()
-    stats_ = IntervalStats.from_moments(
+    by_catalog = use_catalog and catalog.path.exists()
+    if by_catalog:
+        con.register("catalog", catalog.relation(con))
+    con.execute(_CATALOG_PAGES if by_catalog else _HISTORY_PAGES)
+    host_names = con.sql(_HOST_NAMES).to_arrow_table()
+    group_names = con.sql(_GROUP_NAMES).to_arrow_table() if by_catalog else host_names
+    con.register("host_names", host_names)
+    con.register("group_names", group_names)
+    coded = con.sql(_CODED_PAGES if by_catalog else _CODED_PAGES_BY_HOST)
+    table = coded.to_arrow_table(batch_size=1 << 22)  # few chunks: cheap to_numpy
+    col = {name: table[name].to_numpy() for name in table.column_names}
+    stats = IntervalStats.from_moments(
         col["url_id"],
-        col["n_intervals"],
-        col["n_changed"],
-        col["unchanged_days"],
-        col["changed_sum"],
-        col["changed_sum_sq"],
-        col["changed_sum_cube"],
+        *(col[c] for c in _STAT_COLUMNS),
         check_unique=False,  # one row per url_id: GROUP BY / join on the catalog's key
     )
     return EstimationInputs(
-        stats_,
-        groups.indices.to_numpy(),
-        groups.dictionary,
-        hosts.indices.to_numpy(),
-        hosts.dictionary,
+        stats,
+        col["group_code"],
+        group_names["name"].combine_chunks(),
+        col["host_code"],
+        host_names["name"].combine_chunks(),
     )
-
-
-TEXT = ("grp", "host")
 
 
 def estimates_frame(est: RateEstimates, inputs: EstimationInputs) -> pd.DataFrame:

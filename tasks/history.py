@@ -148,6 +148,14 @@ class HistoryStore:
             return self._checked(lambda: pq.read_table(path, schema=PAGE_STATS_SCHEMA), [path])
         return self._aggregate_all()
 
+    def page_stats_relation(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
+        """The per-page statistics as a DuckDB relation (read in place, no copy)."""
+        entry = self.manifest().get("stats")
+        if entry:
+            path = str(self.dir / entry["file"])
+            return self._checked(lambda: con.read_parquet(path), [path])
+        return con.from_arrow(self._aggregate_all())
+
     def _aggregate_all(self) -> pa.Table:
         """Statistics recomputed from every published file (no lock, nothing written)."""
         files = self.files()

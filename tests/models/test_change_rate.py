@@ -225,3 +225,20 @@ def test_page_in_two_groups_is_rejected():
 def test_duplicate_pages_in_per_page_stats_are_rejected():
     with pytest.raises(EstimationInputError, match="unique"):
         IntervalStats.from_moments([1, 1], [1, 1], [0, 0], [1.0, 1.0], [0, 0], [0, 0], [0, 0])
+
+
+def test_per_page_prior_gives_exact_interval_for_pages_without_change():
+    stats = IntervalStats.from_moments(
+        [1, 2, 3], [4, 4, 0], [0, 2, 0], [4.0, 2.0, 0.0], [0, 2.0, 0], [0, 2.0, 0], [0, 2.0, 0]
+    )
+    prior = GammaPrior(shape=np.array([2.0, 1.0, 3.0]), rate=np.array([1.0, 1.0, 6.0]))
+    est = estimate_from_stats(stats, prior=prior)
+    from scipy import stats as st
+
+    # page 1 never changed in 4 days: posterior Gamma(2, 1 + 4) exactly
+    assert est.rate[0] == pytest.approx(2 / 5)
+    assert est.rate_low[0] == pytest.approx(st.gamma(2, scale=1 / 5).ppf(0.05))
+    assert est.rate_high[0] == pytest.approx(st.gamma(2, scale=1 / 5).ppf(0.95))
+    # page 3 has no history: its prior, Gamma(3, 6)
+    assert est.rate[2] == pytest.approx(0.5)
+    assert est.rate_high[2] == pytest.approx(st.gamma(3, scale=1 / 6).ppf(0.95))

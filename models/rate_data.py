@@ -1,0 +1,256 @@
+"""Data types of change-rate estimation: per-page statistics, priors, estimates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import special
+
+from models.rate_solver import bincount, two_point_quadrature
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+class EstimationInputError(ValueError):
+    """The arrays given to an estimator are malformed; the message says which and how."""
+
+
+@dataclass(frozen=True)
+class IntervalStats:
+    """Per-page sufficient statistics of the observed intervals.
+
+    ``page_ids`` are unique. ``n_intervals`` and ``n_changed`` count observed intervals
+    and those that saw a change; ``unchanged_days`` sums the intervals without a change.
+    The changed intervals are given as weighted nodes: ``node_page`` indexes into
+    ``page_ids``, ``node_days`` is the interval length and ``node_weight`` how many
+    intervals the node stands for.
+    """
+
+    page_ids: IntArray
+    n_intervals: IntArray
+    n_changed: IntArray
+    unchanged_days: FloatArray
+    changed_days: FloatArray
+    node_page: IntArray
+    node_days: FloatArray
+    node_weight: FloatArray
+
+    @property
+    def size(self) -> int:
+        return int(self.page_ids.shape[0])
+
+    @classmethod
+    def from_intervals(
+        cls, page_ids: ArrayLike, intervals: ArrayLike, changed: ArrayLike
+    ) -> IntervalStats:
+        """Exact statistics from flat arrays, one row per observed interval (any order)."""
+        ids = _as_int(page_ids, "page_ids")
+        days = _as_float(intervals, "intervals")
+        flags = np.asarray(changed)
+        if not (ids.shape == days.shape == flags.shape) or ids.ndim != 1:
+            raise EstimationInputError(
+                "page_ids, intervals and changed must be 1-D arrays of equal length; got "
+                f"shapes {ids.shape}, {days.shape}, {flags.shape}"
+            )
+        if flags.dtype != np.bool_:
+            if flags.dtype == object or not np.isin(flags, (0, 1)).all():
+                raise EstimationInputError("changed must hold booleans (True/False), no nulls")
+            flags = flags.astype(bool)
+        _check_positive(days, "intervals")
+        uniq, page = np.unique(ids, return_inverse=True)
+        p = uniq.shape[0]
+        n_int = np.bincount(page, minlength=p).astype(np.int64)
+        n_chg = np.bincount(page, weights=flags, minlength=p).astype(np.int64)
+        unchanged = bincount(page, np.where(flags, 0.0, days), p)
+        changed_days = bincount(page, np.where(flags, days, 0.0), p)
+        return cls(
+            page_ids=uniq.astype(np.int64),
+            n_intervals=n_int,
+            n_changed=n_chg,
+            unchanged_days=unchanged,
+            changed_days=changed_days,
+            node_page=page[flags].astype(np.int64),
+            node_days=days[flags],
+            node_weight=np.ones(int(flags.sum())),
+        )
+
+    @classmethod
+    def from_moments(
+        cls,
+        page_ids: ArrayLike,
+        n_intervals: ArrayLike,
+        n_changed: ArrayLike,
+        unchanged_days: ArrayLike,
+        changed_sum: ArrayLike,
+        changed_sum_sq: ArrayLike,
+        changed_sum_cube: ArrayLike,
+        *,
+        check_unique: bool = True,
+    ) -> IntervalStats:
+        """Statistics from per-page sums of the changed intervals' first three powers.
+
+        The changed-interval term of the likelihood is then evaluated by two-node Gauss
+        quadrature matching those moments. Pages with no intervals (all zeros) are kept:
+        they get their group's prior. ``check_unique=False`` skips the (hashing) check
+        that page ids are unique, for callers whose SQL guarantees it.
+        """
+        ids = _as_int(page_ids, "page_ids")
+        n_int = _as_int(n_intervals, "n_intervals")
+        n_chg = _as_int(n_changed, "n_changed")
+        unchanged = _as_float(unchanged_days, "unchanged_days")
+        s1 = _as_float(changed_sum, "changed_sum")
+        s2 = _as_float(changed_sum_sq, "changed_sum_sq")
+        s3 = _as_float(changed_sum_cube, "changed_sum_cube")
+        shapes = {a.shape for a in (ids, n_int, n_chg, unchanged, s1, s2, s3)}
+        if len(shapes) != 1 or ids.ndim != 1:
+            raise EstimationInputError("per-page moment arrays must be 1-D and of equal length")
+        if check_unique and np.unique(ids).shape[0] != ids.shape[0]:
+            raise EstimationInputError("page_ids must be unique in per-page statistics")
+        _check_counts(n_int, n_chg)
+        if (unchanged < 0).any() or (s1 < 0).any():
+            raise EstimationInputError("interval sums must be non-negative")
+        if ((n_int > n_chg) & ~(unchanged > 0)).any() or ((n_chg > 0) & ~(s1 > 0)).any():
+            raise EstimationInputError("pages with intervals must have positive interval sums")
+        t1, w1, t2, w2 = two_point_quadrature(n_chg.astype(np.float64), s1, s2, s3)
+        # Nodes page by page, first then second (sorted by page, as the solver wants).
+        first = np.flatnonzero(n_chg > 0)
+        second = first[w2[first] > 0]
+        position = np.searchsorted(second, first)  # second nodes before each first node
+        slot_first = np.arange(first.shape[0]) + position
+        slot_second = np.searchsorted(first, second) + np.arange(second.shape[0]) + 1
+        total = first.shape[0] + second.shape[0]
+        node_page = np.empty(total, dtype=np.int64)
+        node_days = np.empty(total)
+        node_weight = np.empty(total)
+        node_page[slot_first], node_page[slot_second] = first, second
+        node_days[slot_first], node_days[slot_second] = t1[first], t2[second]
+        node_weight[slot_first], node_weight[slot_second] = w1[first], w2[second]
+        return cls(
+            page_ids=ids,
+            n_intervals=n_int,
+            n_changed=n_chg,
+            unchanged_days=unchanged,
+            changed_days=s1,
+            node_page=node_page,
+            node_days=node_days,
+            node_weight=node_weight,
+        )
+
+
+@dataclass(frozen=True)
+class GammaPrior:
+    """Gamma(shape, rate) priors on change rates: one pair per group, ``index`` maps pages.
+
+    A prior's mean is ``shape / rate`` changes/day; ``rate`` acts as pseudo-days of
+    observation without change and ``shape`` as pseudo-changes. ``index`` (one entry per
+    page) names each page's group; with ``index=None`` the pairs are per page.
+    """
+
+    shape: FloatArray
+    rate: FloatArray
+    index: IntArray | None = None
+
+    def per_page(self, size: int) -> tuple[FloatArray, FloatArray]:
+        shape = np.asarray(self.shape, dtype=np.float64)
+        rate = np.asarray(self.rate, dtype=np.float64)
+        if self.index is None:
+            return np.broadcast_to(shape, (size,)).copy(), np.broadcast_to(rate, (size,)).copy()
+        return shape[self.index], rate[self.index]
+
+    def quantile(self, q: float, extra_days: FloatArray) -> FloatArray:
+        """Per-page q-quantile of Gamma(shape, rate + extra_days)."""
+        shape = np.asarray(self.shape, dtype=np.float64)
+        rate = np.asarray(self.rate, dtype=np.float64)
+        values, which = np.unique(shape, return_inverse=True)  # the special function is slow
+        base = special.gammaincinv(values, q)[which.reshape(shape.shape)]
+        if self.index is None:
+            out: FloatArray = np.broadcast_to(base, extra_days.shape) / (rate + extra_days)
+            return out
+        return base[self.index] / (rate[self.index] + extra_days)
+
+
+@dataclass(frozen=True)
+class RateEstimates:
+    """Per-page change-rate estimates, aligned with ``page_ids``.
+
+    ``rate`` is the estimate (changes/day); ``log_std`` the standard error of its
+    logarithm (Laplace approximation), ``rate_low``/``rate_high`` a 90% interval (for
+    pages that never changed under a prior, the exact Gamma posterior's quantiles);
+    ``prior_rate`` the group prior's mean the page was smoothed toward (NaN without one).
+    """
+
+    page_ids: IntArray
+    rate: FloatArray
+    log_std: FloatArray
+    rate_low: FloatArray
+    rate_high: FloatArray
+    n_intervals: IntArray
+    n_changed: IntArray
+    observed_days: FloatArray
+    prior_rate: FloatArray
+
+
+def group_codes(groups: ArrayLike | None, size: int) -> IntArray:
+    """Dense integer codes for per-page group labels (used as-is if already small ints)."""
+    if groups is None:
+        return np.zeros(size, dtype=np.int64)
+    g = np.asarray(groups)
+    if g.shape != (size,):
+        raise EstimationInputError(f"groups must have one entry per page ({size}), got {g.shape}")
+    if g.dtype.kind in "iu" and size and g.min() >= 0 and g.max() < 2 * size:
+        return g.astype(np.int64)
+    _, inverse = np.unique(g, return_inverse=True)
+    return inverse.astype(np.int64)
+
+
+def select_pages(stats: IntervalStats, pages: IntArray) -> IntervalStats:
+    """The statistics of some pages (sorted indices), nodes renumbered."""
+    keep = np.zeros(stats.size, dtype=bool)
+    keep[pages] = True
+    new_index = np.cumsum(keep) - 1
+    node_keep = keep[stats.node_page]
+    return IntervalStats(
+        page_ids=stats.page_ids[pages],
+        n_intervals=stats.n_intervals[pages],
+        n_changed=stats.n_changed[pages],
+        unchanged_days=stats.unchanged_days[pages],
+        changed_days=stats.changed_days[pages],
+        node_page=new_index[stats.node_page[node_keep]],
+        node_days=stats.node_days[node_keep],
+        node_weight=stats.node_weight[node_keep],
+    )
+
+
+def _as_float(values: ArrayLike, name: str) -> FloatArray:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise EstimationInputError(f"{name} must be numeric: {exc}") from None
+    if np.isnan(arr).any():
+        raise EstimationInputError(f"{name} contains NaN/missing values")
+    return arr
+
+
+def _as_int(values: ArrayLike, name: str) -> IntArray:
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iu":
+        raise EstimationInputError(f"{name} must be integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def _check_counts(n: NDArray[Any], x: NDArray[Any]) -> None:
+    if (n < 0).any() or (x < 0).any() or (x > n).any():
+        raise EstimationInputError("need 0 <= changes <= n for every page")
+
+
+def _check_positive(values: FloatArray, name: str) -> None:
+    bad = ~(values > 0) | ~np.isfinite(values)
+    if bad.any():
+        raise EstimationInputError(
+            f"{name} must be positive and finite; {int(bad.sum())} value(s) are not "
+            f"(first: {values[bad].ravel()[0]!r})"
+        )
