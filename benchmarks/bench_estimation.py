@@ -52,18 +52,20 @@ def build(root: Path, pages: int, cycles: int) -> None:
 def child(kind: str, root: Path) -> None:
     import duckdb
 
-    from models.change_rate import estimate_from_stats
+    from models.change_rate import estimate_from_moments
     from tasks.estimation import load_rate_estimates, read_estimation_inputs
     from tasks.history import HistoryStore
+    from tasks.memory import keep_freed_memory
 
+    keep_freed_memory()  # the same process memory policy for every step, as the CLI sets
     store = HistoryStore(root)
     base_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
     if kind == "bare":
         con = duckdb.connect()
-        out = con.execute(
+        out = con.sql(
             "SELECT url_id, count(*) AS n FROM read_parquet($files) GROUP BY url_id",
-            {"files": store.files()},
+            params={"files": store.files()},
         ).to_arrow_table()
         pages = out.num_rows
     elif kind == "estimate":
@@ -74,7 +76,7 @@ def child(kind: str, root: Path) -> None:
         del stats_table
         # estimation itself as in "estimate", on the freshly aggregated statistics
         inputs = read_estimation_inputs(root, use_catalog=False)
-        pages = estimate_from_stats(inputs.stats, groups=inputs.group_codes).page_ids.shape[0]
+        pages = estimate_from_moments(inputs.moments, groups=inputs.group_codes).page_ids.shape[0]
     else:
         raise SystemExit(f"unknown kind {kind}")
     seconds = time.perf_counter() - t0

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from tasks.memory import keep_freed_memory
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="recrawl", description=__doc__)
@@ -34,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     hist.add_argument("--root", type=Path, default=Path("data"))
 
     args = parser.parse_args(argv)
+    keep_freed_memory()
     try:
         return _COMMANDS[args.command](args)
     except (ValueError, RuntimeError) as exc:

@@ -10,10 +10,12 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.estimation import write_rate_estimates
+from tasks.memory import keep_freed_memory
 
 
 @task(name="estimate-rates", cache_policy=NO_CACHE)
 def estimate_rates_task(root: str) -> tuple[str, int]:
+    keep_freed_memory()
     path, count = write_rate_estimates(root)
     return str(path), count
 

@@ -29,6 +29,9 @@ otherwise (see ``tests/models/test_change_rate.py`` for the measured error).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 import numpy as np
@@ -38,6 +41,7 @@ from models.rate_data import (
     EstimationInputError,
     GammaPrior,
     IntervalStats,
+    PageMoments,
     RateEstimates,
     _as_float,
     _check_counts,
@@ -45,7 +49,7 @@ from models.rate_data import (
     select_pages,
 )
 from models.rate_prior import fit_group_priors
-from models.rate_solver import map_chunks, solve_posterior_mode
+from models.rate_solver import CHUNK_PAGES, solve_posterior_mode
 
 __all__ = [
     "MAX_RATE",
@@ -53,7 +57,9 @@ __all__ = [
     "EstimationInputError",
     "GammaPrior",
     "IntervalStats",
+    "PageMoments",
     "RateEstimates",
+    "estimate_from_moments",
     "estimate_from_stats",
     "estimate_rates",
     "fit_group_priors",
@@ -152,61 +158,123 @@ def estimate_from_stats(
     min_rate: float = MIN_RATE,
     max_rate: float = MAX_RATE,
 ) -> RateEstimates:
-    """Estimate rates from per-page statistics; ``groups`` aligns with ``stats.page_ids``."""
-    if not 0 < min_rate < max_rate:
-        raise EstimationInputError("need 0 < min_rate < max_rate")
-    p = stats.size
-    if isinstance(prior, GammaPrior):
-        gamma = prior
-        shape, rate_param = gamma.per_page(p)
-        if not ((shape > 0).all() and (rate_param > 0).all()):
-            raise EstimationInputError("a GammaPrior needs positive shape and rate")
-    elif prior == "empirical":
-        gamma = fit_group_priors(stats, groups)
-    elif prior == "none":
-        gamma = None
-    else:
-        raise EstimationInputError(
-            f"unknown prior {prior!r}: use 'empirical', 'none' or a GammaPrior"
-        )
-
-    if gamma is None:
-        rate, curvature = _smoothed_mle(stats)
-        prior_rate = np.full(p, np.nan)
-    else:
-        shape, rate_param = gamma.per_page(p)
-        rate, curvature = _posterior_mode(stats, shape, rate_param)
-        prior_rate = shape / rate_param
-
-    def finish(rate: FloatArray, curvature: FloatArray) -> tuple[FloatArray, ...]:
-        rate = np.minimum(np.maximum(rate, min_rate), max_rate)
-        log_std = 1.0 / np.sqrt(curvature)
-        spread = np.exp(_Z90 * log_std)
-        return rate, log_std, rate / spread, rate * spread
-
-    rate, log_std, low, high = map_chunks(finish, 4, rate, curvature)
-    if gamma is not None:
-        # Without an observed change the likelihood exp(-rate U) is conjugate: the
-        # posterior is exactly Gamma(a, b + U), whose quantiles replace the Laplace interval
-        # (which cannot reach toward zero, where such a posterior has its mass).
-        quiet = np.flatnonzero(stats.n_changed == 0)
-        if gamma.index is None:
-            quiet_prior = GammaPrior(shape[quiet], rate_param[quiet])
-        else:
-            quiet_prior = GammaPrior(gamma.shape, gamma.rate, gamma.index[quiet])
-        days = stats.unchanged_days[quiet]
-        low[quiet] = quiet_prior.quantile(0.05, days)
-        high[quiet] = quiet_prior.quantile(0.95, days)
-    return RateEstimates(
+    """Estimate rates from node-form per-page statistics (``groups`` per page)."""
+    gamma = _resolve_prior(prior, stats, groups, stats.size)
+    return _estimate_in_chunks(
+        stats.size,
+        stats.page_range,
+        gamma,
+        (min_rate, max_rate),
         page_ids=stats.page_ids,
-        rate=rate,
-        log_std=log_std,
-        rate_low=np.minimum(low, max_rate),
-        rate_high=np.maximum(high, min_rate),
         n_intervals=stats.n_intervals,
         n_changed=stats.n_changed,
         observed_days=stats.unchanged_days + stats.changed_days,
-        prior_rate=prior_rate,
+    )
+
+
+def estimate_from_moments(
+    moments: PageMoments,
+    *,
+    groups: ArrayLike | None = None,
+    prior: PriorChoice = "empirical",
+    min_rate: float = MIN_RATE,
+    max_rate: float = MAX_RATE,
+) -> RateEstimates:
+    """Estimate rates from per-page moment sums (what the history store keeps).
+
+    Same estimates as ``estimate_from_stats(moments.to_stats())``, built chunk by chunk:
+    memory stays bounded and the work runs on every core.
+    """
+    gamma = _resolve_prior(prior, moments, groups, moments.size)
+    return _estimate_in_chunks(
+        moments.size,
+        lambda lo, hi: moments.rows(slice(lo, hi)).to_stats(),
+        gamma,
+        (min_rate, max_rate),
+        page_ids=moments.page_ids,
+        n_intervals=moments.n_intervals,
+        n_changed=moments.n_changed,
+        observed_days=moments.unchanged_days + moments.changed_sum,
+    )
+
+
+def _resolve_prior(
+    prior: PriorChoice,
+    pages: IntervalStats | PageMoments,
+    groups: ArrayLike | None,
+    size: int,
+) -> GammaPrior | None:
+    if isinstance(prior, GammaPrior):
+        shape, rate_param = prior.per_page(size)
+        if not ((shape > 0).all() and (rate_param > 0).all()):
+            raise EstimationInputError("a GammaPrior needs positive shape and rate")
+        return prior
+    if prior == "empirical":
+        return fit_group_priors(pages, groups)
+    if prior == "none":
+        return None
+    raise EstimationInputError(f"unknown prior {prior!r}: use 'empirical', 'none' or a GammaPrior")
+
+
+def _estimate_in_chunks(
+    size: int,
+    chunk_of: Callable[[int, int], IntervalStats],
+    gamma: GammaPrior | None,
+    clamp: tuple[float, float],
+    *,
+    page_ids: IntArray,
+    n_intervals: IntArray,
+    n_changed: IntArray,
+    observed_days: FloatArray,
+) -> RateEstimates:
+    """Solve and summarize pages in chunks of ``CHUNK_PAGES``, on a thread per core."""
+    min_rate, max_rate = clamp
+    if not 0 < min_rate < max_rate:
+        raise EstimationInputError("need 0 < min_rate < max_rate")
+    out = {name: np.empty(size) for name in ("rate", "log_std", "low", "high", "prior")}
+
+    def run(lo: int) -> None:
+        hi = min(lo + CHUNK_PAGES, size)
+        stats = chunk_of(lo, hi)
+        if gamma is None:
+            rate, curvature = _smoothed_mle(stats)
+            prior_rate = np.full(hi - lo, np.nan)
+        else:
+            chunk_prior = gamma.page_range(lo, hi, size)
+            shape, rate_param = chunk_prior.per_page(hi - lo)
+            rate, curvature = _posterior_mode(stats, shape, rate_param)
+            prior_rate = shape / rate_param
+        rate = np.minimum(np.maximum(rate, min_rate), max_rate)
+        log_std = 1.0 / np.sqrt(curvature)
+        spread = np.exp(_Z90 * log_std)
+        low, high = rate / spread, rate * spread
+        if gamma is not None:
+            # Without an observed change the likelihood exp(-rate U) is conjugate: the
+            # posterior is exactly Gamma(a, b + U), whose quantiles replace the Laplace
+            # interval (which cannot reach toward zero, where such a posterior has its mass).
+            quiet = np.flatnonzero(stats.n_changed == 0)
+            quiet_prior = GammaPrior(shape[quiet], rate_param[quiet])
+            days = stats.unchanged_days[quiet]
+            low[quiet] = quiet_prior.quantile(0.05, days)
+            high[quiet] = quiet_prior.quantile(0.95, days)
+        out["rate"][lo:hi] = rate
+        out["log_std"][lo:hi] = log_std
+        out["low"][lo:hi] = np.minimum(low, max_rate)
+        out["high"][lo:hi] = np.maximum(high, min_rate)
+        out["prior"][lo:hi] = prior_rate
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(run, range(0, size, CHUNK_PAGES)))
+    return RateEstimates(
+        page_ids=page_ids,
+        rate=out["rate"],
+        log_std=out["log_std"],
+        rate_low=out["low"],
+        rate_high=out["high"],
+        n_intervals=n_intervals,
+        n_changed=n_changed,
+        observed_days=observed_days,
+        prior_rate=out["prior"],
     )
 
 

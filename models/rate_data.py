@@ -67,14 +67,16 @@ class IntervalStats:
         n_chg = np.bincount(page, weights=flags, minlength=p).astype(np.int64)
         unchanged = bincount(page, np.where(flags, 0.0, days), p)
         changed_days = bincount(page, np.where(flags, days, 0.0), p)
+        node_page = page[flags].astype(np.int64)
+        order = np.argsort(node_page, kind="stable")  # nodes sorted by page
         return cls(
             page_ids=uniq.astype(np.int64),
             n_intervals=n_int,
             n_changed=n_chg,
             unchanged_days=unchanged,
             changed_days=changed_days,
-            node_page=page[flags].astype(np.int64),
-            node_days=days[flags],
+            node_page=node_page[order],
+            node_days=days[flags][order],
             node_weight=np.ones(int(flags.sum())),
         )
 
@@ -93,34 +95,126 @@ class IntervalStats:
     ) -> IntervalStats:
         """Statistics from per-page sums of the changed intervals' first three powers.
 
-        The changed-interval term of the likelihood is then evaluated by two-node Gauss
-        quadrature matching those moments. Pages with no intervals (all zeros) are kept:
-        they get their group's prior. ``check_unique=False`` skips the (hashing) check
-        that page ids are unique, for callers whose SQL guarantees it.
+        See :class:`PageMoments`; ``check_unique=False`` skips the (hashing) check that
+        page ids are unique, for callers whose SQL guarantees it.
         """
-        ids = _as_int(page_ids, "page_ids")
-        n_int = _as_int(n_intervals, "n_intervals")
-        n_chg = _as_int(n_changed, "n_changed")
-        unchanged = _as_float(unchanged_days, "unchanged_days")
-        s1 = _as_float(changed_sum, "changed_sum")
-        s2 = _as_float(changed_sum_sq, "changed_sum_sq")
-        s3 = _as_float(changed_sum_cube, "changed_sum_cube")
-        shapes = {a.shape for a in (ids, n_int, n_chg, unchanged, s1, s2, s3)}
-        if len(shapes) != 1 or ids.ndim != 1:
+        moments = PageMoments.checked(
+            page_ids,
+            n_intervals,
+            n_changed,
+            unchanged_days,
+            changed_sum,
+            changed_sum_sq,
+            changed_sum_cube,
+            check_unique=check_unique,
+        )
+        return moments.to_stats()
+
+    def page_range(self, lo: int, hi: int) -> IntervalStats:
+        """Pages ``lo`` to ``hi - 1`` (views; nodes renumbered from 0)."""
+        start, stop = np.searchsorted(self.node_page, [lo, hi])
+        return IntervalStats(
+            page_ids=self.page_ids[lo:hi],
+            n_intervals=self.n_intervals[lo:hi],
+            n_changed=self.n_changed[lo:hi],
+            unchanged_days=self.unchanged_days[lo:hi],
+            changed_days=self.changed_days[lo:hi],
+            node_page=self.node_page[start:stop] - lo,
+            node_days=self.node_days[start:stop],
+            node_weight=self.node_weight[start:stop],
+        )
+
+
+@dataclass(frozen=True)
+class PageMoments:
+    """Per-page sums as the history store keeps them: counts and powers of intervals.
+
+    ``changed_sum``, ``changed_sum_sq`` and ``changed_sum_cube`` sum the first three powers
+    of a page's changed intervals (days). The changed-interval term of the likelihood is
+    evaluated by two-node Gauss quadrature matching those moments: exact when a page's
+    changed intervals take at most two distinct lengths. Pages with no intervals (all
+    zeros) are kept: they get their group's prior.
+    """
+
+    page_ids: IntArray
+    n_intervals: IntArray
+    n_changed: IntArray
+    unchanged_days: FloatArray
+    changed_sum: FloatArray
+    changed_sum_sq: FloatArray
+    changed_sum_cube: FloatArray
+
+    @property
+    def size(self) -> int:
+        return int(self.page_ids.shape[0])
+
+    @classmethod
+    def checked(
+        cls,
+        page_ids: ArrayLike,
+        n_intervals: ArrayLike,
+        n_changed: ArrayLike,
+        unchanged_days: ArrayLike,
+        changed_sum: ArrayLike,
+        changed_sum_sq: ArrayLike,
+        changed_sum_cube: ArrayLike,
+        *,
+        check_unique: bool = True,
+    ) -> PageMoments:
+        """Validated moments; raises EstimationInputError naming what is wrong."""
+        out = cls(
+            _as_int(page_ids, "page_ids"),
+            _as_int(n_intervals, "n_intervals"),
+            _as_int(n_changed, "n_changed"),
+            _as_float(unchanged_days, "unchanged_days"),
+            _as_float(changed_sum, "changed_sum"),
+            _as_float(changed_sum_sq, "changed_sum_sq"),
+            _as_float(changed_sum_cube, "changed_sum_cube"),
+        )
+        arrays = (
+            out.page_ids,
+            out.n_intervals,
+            out.n_changed,
+            out.unchanged_days,
+            out.changed_sum,
+            out.changed_sum_sq,
+            out.changed_sum_cube,
+        )
+        if len({a.shape for a in arrays}) != 1 or out.page_ids.ndim != 1:
             raise EstimationInputError("per-page moment arrays must be 1-D and of equal length")
-        if check_unique and np.unique(ids).shape[0] != ids.shape[0]:
+        if check_unique and np.unique(out.page_ids).shape[0] != out.size:
             raise EstimationInputError("page_ids must be unique in per-page statistics")
+        n_int, n_chg = out.n_intervals, out.n_changed
         _check_counts(n_int, n_chg)
-        if (unchanged < 0).any() or (s1 < 0).any():
+        if (out.unchanged_days < 0).any() or (out.changed_sum < 0).any():
             raise EstimationInputError("interval sums must be non-negative")
-        if ((n_int > n_chg) & ~(unchanged > 0)).any() or ((n_chg > 0) & ~(s1 > 0)).any():
+        if ((n_int > n_chg) & ~(out.unchanged_days > 0)).any() or (
+            (n_chg > 0) & ~(out.changed_sum > 0)
+        ).any():
             raise EstimationInputError("pages with intervals must have positive interval sums")
-        t1, w1, t2, w2 = two_point_quadrature(n_chg.astype(np.float64), s1, s2, s3)
+        return out
+
+    def rows(self, index: IntArray | slice) -> PageMoments:
+        return PageMoments(
+            self.page_ids[index],
+            self.n_intervals[index],
+            self.n_changed[index],
+            self.unchanged_days[index],
+            self.changed_sum[index],
+            self.changed_sum_sq[index],
+            self.changed_sum_cube[index],
+        )
+
+    def to_stats(self) -> IntervalStats:
+        """Node-form statistics: one or two quadrature nodes per page that changed."""
+        n_chg = self.n_changed
+        t1, w1, t2, w2 = two_point_quadrature(
+            n_chg.astype(np.float64), self.changed_sum, self.changed_sum_sq, self.changed_sum_cube
+        )
         # Nodes page by page, first then second (sorted by page, as the solver wants).
         first = np.flatnonzero(n_chg > 0)
         second = first[w2[first] > 0]
-        position = np.searchsorted(second, first)  # second nodes before each first node
-        slot_first = np.arange(first.shape[0]) + position
+        slot_first = np.arange(first.shape[0]) + np.searchsorted(second, first)
         slot_second = np.searchsorted(first, second) + np.arange(second.shape[0]) + 1
         total = first.shape[0] + second.shape[0]
         node_page = np.empty(total, dtype=np.int64)
@@ -129,12 +223,12 @@ class IntervalStats:
         node_page[slot_first], node_page[slot_second] = first, second
         node_days[slot_first], node_days[slot_second] = t1[first], t2[second]
         node_weight[slot_first], node_weight[slot_second] = w1[first], w2[second]
-        return cls(
-            page_ids=ids,
-            n_intervals=n_int,
+        return IntervalStats(
+            page_ids=self.page_ids,
+            n_intervals=self.n_intervals,
             n_changed=n_chg,
-            unchanged_days=unchanged,
-            changed_days=s1,
+            unchanged_days=self.unchanged_days,
+            changed_days=self.changed_sum,
             node_page=node_page,
             node_days=node_days,
             node_weight=node_weight,
@@ -160,6 +254,14 @@ class GammaPrior:
         if self.index is None:
             return np.broadcast_to(shape, (size,)).copy(), np.broadcast_to(rate, (size,)).copy()
         return shape[self.index], rate[self.index]
+
+    def page_range(self, lo: int, hi: int, size: int) -> GammaPrior:
+        """The priors of pages ``lo`` to ``hi - 1`` (of ``size`` pages)."""
+        if self.index is not None:
+            return GammaPrior(self.shape, self.rate, self.index[lo:hi])
+        shape = np.broadcast_to(np.asarray(self.shape, dtype=np.float64), (size,))
+        rate = np.broadcast_to(np.asarray(self.rate, dtype=np.float64), (size,))
+        return GammaPrior(shape[lo:hi], rate[lo:hi])
 
     def quantile(self, q: float, extra_days: FloatArray) -> FloatArray:
         """Per-page q-quantile of Gamma(shape, rate + extra_days)."""

@@ -175,6 +175,8 @@ def map_chunks(
     (numpy releases the GIL in its loops).
     """
     n = arrays[0].shape[0]
+    if n <= CHUNK_PAGES:
+        return func(*arrays)
     out = tuple(np.empty(n) for _ in range(n_out))
 
     def run(lo: int) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from models.change_rate import IntervalStats, PriorChoice, RateEstimates, estimate_from_stats
+from models.change_rate import PageMoments, PriorChoice, RateEstimates, estimate_from_moments
 from tasks.catalog import CatalogStore
 from tasks.history import HistoryStore, connect
 
@@ -18,7 +18,7 @@ from tasks.history import HistoryStore, connect
 class EstimationInputs:
     """Per-page statistics plus each page's group and host as dictionary codes."""
 
-    stats: IntervalStats
+    moments: PageMoments
     group_codes: np.ndarray
     group_names: pa.Array
     host_codes: np.ndarray
@@ -40,7 +40,7 @@ def load_rate_estimates(
     pages are grouped by host.
     """
     inputs = read_estimation_inputs(root, use_catalog=use_catalog)
-    estimates = estimate_from_stats(inputs.stats, groups=inputs.group_codes, prior=prior)
+    estimates = estimate_from_moments(inputs.moments, groups=inputs.group_codes, prior=prior)
     return estimates_frame(estimates, inputs)
 
 
@@ -108,13 +108,13 @@ def read_estimation_inputs(root: str | Path, *, use_catalog: bool = True) -> Est
     coded = con.sql(_CODED_PAGES if by_catalog else _CODED_PAGES_BY_HOST)
     table = coded.to_arrow_table(batch_size=1 << 22)  # few chunks: cheap to_numpy
     col = {name: table[name].to_numpy() for name in table.column_names}
-    stats = IntervalStats.from_moments(
+    moments = PageMoments.checked(
         col["url_id"],
         *(col[c] for c in _STAT_COLUMNS),
         check_unique=False,  # one row per url_id: GROUP BY / join on the catalog's key
     )
     return EstimationInputs(
-        stats,
+        moments,
         col["group_code"],
         group_names["name"].combine_chunks(),
         col["host_code"],
@@ -136,7 +136,8 @@ def estimates_frame(est: RateEstimates, inputs: EstimationInputs) -> pd.DataFram
             "n_changed": est.n_changed,
             "observed_days": est.observed_days,
             "prior_rate": est.prior_rate,
-        }
+        },
+        copy=False,  # the arrays are fresh; copying them into one block costs seconds
     )
 
 

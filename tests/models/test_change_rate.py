@@ -7,6 +7,8 @@ from models.change_rate import (
     EstimationInputError,
     GammaPrior,
     IntervalStats,
+    PageMoments,
+    estimate_from_moments,
     estimate_from_stats,
     estimate_rates,
     improved_rate,
@@ -242,3 +244,31 @@ def test_per_page_prior_gives_exact_interval_for_pages_without_change():
     # page 3 has no history: its prior, Gamma(3, 6)
     assert est.rate[2] == pytest.approx(0.5)
     assert est.rate_high[2] == pytest.approx(st.gamma(3, scale=1 / 6).ppf(0.95))
+
+
+def test_chunked_moment_path_matches_unchunked_node_path(monkeypatch):
+    import models.change_rate as change_rate
+    import models.rate_solver as rate_solver
+
+    rng = np.random.default_rng(8)
+    p, n = 5000, 6
+    ids = np.repeat(np.arange(p), n)
+    t = rng.choice([1.0, 2.0], size=p * n)
+    changed = rng.random(p * n) < -np.expm1(-np.repeat(rng.lognormal(-1, 1, p), n) * t)
+    groups = np.arange(p) % 7
+    exact = IntervalStats.from_intervals(ids, t, changed)
+    tc = np.where(changed, t, 0.0)
+    moments = PageMoments.checked(
+        exact.page_ids,
+        exact.n_intervals,
+        exact.n_changed,
+        exact.unchanged_days,
+        *[np.bincount(ids, tc**k, p) for k in (1, 2, 3)],
+    )
+    whole = estimate_from_stats(exact, groups=groups)
+    monkeypatch.setattr(change_rate, "CHUNK_PAGES", 700)
+    monkeypatch.setattr(rate_solver, "CHUNK_PAGES", 700)
+    chunked = estimate_from_moments(moments, groups=groups)
+    for field in ("rate", "rate_low", "rate_high", "log_std", "prior_rate"):
+        np.testing.assert_allclose(getattr(chunked, field), getattr(whole, field), rtol=1e-6)
+    assert np.isfinite(chunked.rate).all()

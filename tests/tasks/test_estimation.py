@@ -1,5 +1,6 @@
 import numpy as np
 import pandas as pd
+import pytest
 
 from models.synthetic import generate_history, generate_web
 from tasks.catalog import CatalogStore
@@ -38,3 +39,37 @@ def test_without_catalog_groups_by_host(tmp_path):
         store.write_cycle(cycle_id, table, link=False)
     frame = load_rate_estimates(tmp_path, use_catalog=False)
     assert (frame["group"].astype(str) == frame["host"].astype(str)).all()
+
+
+def test_page_observed_once_gets_its_group_prior(tmp_path):
+    from datetime import UTC, datetime
+
+    import pandas as pd
+
+    web = generate_web(300, seed=13)
+    CatalogStore(tmp_path).upsert(web.catalog_table())
+    store = HistoryStore(tmp_path)
+    for cycle_id, table in generate_history(web, 6, seed=13):
+        store.write_cycle(cycle_id, table, link=False)
+    newcomer = pd.DataFrame({"url": ["http://h0.sandbox.test/new"], "host": ["h0.sandbox.test"]})
+    CatalogStore(tmp_path).upsert(newcomer)
+    from models.urls import url_id
+
+    new_id = url_id("http://h0.sandbox.test/new")
+    store.write_cycle(
+        6,
+        pd.DataFrame(
+            {
+                "url_id": [new_id],
+                "host": ["h0.sandbox.test"],
+                "fetched_at": [datetime(2026, 1, 8, tzinfo=UTC)],
+                "outcome": ["ok"],
+                "record_hash": ["x"],
+            }
+        ),
+    )
+    frame = load_rate_estimates(tmp_path).set_index("url_id")
+    row = frame.loc[new_id]
+    assert row["n_intervals"] == 0
+    assert row["rate"] == pytest.approx(row["prior_rate"])
+    assert row["rate_low"] < row["rate"] < row["rate_high"]
