@@ -80,36 +80,6 @@ class IntervalStats:
             node_weight=np.ones(int(flags.sum())),
         )
 
-    @classmethod
-    def from_moments(
-        cls,
-        page_ids: ArrayLike,
-        n_intervals: ArrayLike,
-        n_changed: ArrayLike,
-        unchanged_days: ArrayLike,
-        changed_sum: ArrayLike,
-        changed_sum_sq: ArrayLike,
-        changed_sum_cube: ArrayLike,
-        *,
-        check_unique: bool = True,
-    ) -> IntervalStats:
-        """Statistics from per-page sums of the changed intervals' first three powers.
-
-        See :class:`PageMoments`; ``check_unique=False`` skips the (hashing) check that
-        page ids are unique, for callers whose SQL guarantees it.
-        """
-        moments = PageMoments.checked(
-            page_ids,
-            n_intervals,
-            n_changed,
-            unchanged_days,
-            changed_sum,
-            changed_sum_sq,
-            changed_sum_cube,
-            check_unique=check_unique,
-        )
-        return moments.to_stats()
-
     def page_range(self, lo: int, hi: int) -> IntervalStats:
         """Pages ``lo`` to ``hi - 1`` (views; nodes renumbered from 0)."""
         start, stop = np.searchsorted(self.node_page, [lo, hi])

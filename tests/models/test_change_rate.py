@@ -16,6 +16,10 @@ from models.change_rate import (
 )
 
 
+def moments_to_stats(*columns):
+    return PageMoments.checked(*columns).to_stats()
+
+
 def regular(n: int, changes: int, interval: float = 1.0):
     ids = np.zeros(n, dtype=np.int64)
     return ids, np.full(n, interval), np.arange(n) < changes
@@ -103,9 +107,7 @@ def test_extremes_get_finite_ordered_estimates():
 
 
 def test_page_without_history_gets_group_prior():
-    stats = IntervalStats.from_moments(
-        [1, 2], [0, 10], [0, 3], [0.0, 7.0], [0, 3.0], [0, 3.0], [0, 3.0]
-    )
+    stats = moments_to_stats([1, 2], [0, 10], [0, 3], [0.0, 7.0], [0, 3.0], [0, 3.0], [0, 3.0])
     prior = GammaPrior(shape=np.array([2.0]), rate=np.array([4.0]), index=np.array([0, 0]))
     est = estimate_from_stats(stats, prior=prior)
     assert est.rate[0] == pytest.approx(0.5)
@@ -120,7 +122,7 @@ def moments_of(ids, t, changed):
     s = IntervalStats.from_intervals(ids, t, changed)
     tc = np.where(changed, t, 0.0)
     p = s.size
-    return s, IntervalStats.from_moments(
+    return s, moments_to_stats(
         s.page_ids,
         s.n_intervals,
         s.n_changed,
@@ -226,11 +228,11 @@ def test_page_in_two_groups_is_rejected():
 
 def test_duplicate_pages_in_per_page_stats_are_rejected():
     with pytest.raises(EstimationInputError, match="unique"):
-        IntervalStats.from_moments([1, 1], [1, 1], [0, 0], [1.0, 1.0], [0, 0], [0, 0], [0, 0])
+        moments_to_stats([1, 1], [1, 1], [0, 0], [1.0, 1.0], [0, 0], [0, 0], [0, 0])
 
 
 def test_per_page_prior_gives_exact_interval_for_pages_without_change():
-    stats = IntervalStats.from_moments(
+    stats = moments_to_stats(
         [1, 2, 3], [4, 4, 0], [0, 2, 0], [4.0, 2.0, 0.0], [0, 2.0, 0], [0, 2.0, 0], [0, 2.0, 0]
     )
     prior = GammaPrior(shape=np.array([2.0, 1.0, 3.0]), rate=np.array([1.0, 1.0, 6.0]))
