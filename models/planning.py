@@ -1,0 +1,214 @@
+"""Choosing one cycle's batch: due pages by priority, plus reserved slices of the budget.
+
+The allocation says how often each page should be visited; the cycle's batch is what to
+fetch now. Pages whose time since the last visit has reached their interval (``1 / f``)
+are ranked by priority (value x freshness a visit buys / cost) and taken while the budget
+and each host's capacity for the cycle allow. Before that, reserved slices of the budget
+buy what a score-driven planner would never choose (the cost-aware scheduling article):
+
+* discovery: pages never fetched (no history, so no score), by value per cost;
+* re-estimation: pages the model has given up on (f = 0) or is unsure of, not visited for
+  a while, so a wrong estimate gets corrected;
+* verification: a seeded random sample of known pages regardless of score, to check the
+  model's assumptions.
+
+A slice's unspent budget goes to the due pages. All selection is vectorized: a stable sort
+by score, per-host ranks for the capacities and a cumulative sum for the budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from models.freshness import freshness_gain
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+DUE, DISCOVERY, REESTIMATION, VERIFICATION = 0, 1, 2, 3
+REASONS = ("due", "discovery", "re-estimation", "verification")
+
+
+class PlanningInputError(ValueError):
+    """Candidates or settings that cannot be planned; the message says why."""
+
+
+@dataclass(frozen=True)
+class Slices:
+    """Shares of each cycle's budget reserved before the due pages are ranked."""
+
+    discovery: float = 0.05
+    reestimation: float = 0.05
+    verification: float = 0.02
+    #: pages count as unsure when the standard error of their log-rate is at least this
+    uncertain_log_std: float = 1.5
+    #: re-estimation revisits a page at most this often, in days
+    reestimate_after_days: float = 30.0
+
+    def __post_init__(self) -> None:
+        shares = (self.discovery, self.reestimation, self.verification)
+        if min(shares) < 0 or sum(shares) > 1:
+            raise PlanningInputError("slice shares must be >= 0 and add up to at most 1")
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Every page that could be fetched this cycle (arrays aligned by page).
+
+    ``days_since_visit`` is NaN for pages never fetched; ``frequency`` is the allocation's
+    visits per day; ``log_std`` the uncertainty of the rate estimate; ``hosts`` are dense
+    codes indexing ``host_capacity`` (visits allowed this cycle per host).
+    """
+
+    page_ids: IntArray
+    hosts: IntArray
+    value: FloatArray
+    cost: FloatArray
+    rate: FloatArray
+    frequency: FloatArray
+    log_std: FloatArray
+    days_since_visit: FloatArray
+
+    @property
+    def size(self) -> int:
+        return int(self.page_ids.shape[0])
+
+
+@dataclass(frozen=True)
+class CyclePlan:
+    """The chosen pages (positions into the candidates) with why, score, gain and cost."""
+
+    index: IntArray
+    reason: IntArray
+    score: FloatArray
+    expected_gain: FloatArray  # fresh days bought (value-weighted for the due slice score)
+    expected_change: FloatArray  # probability the page changed since the last visit
+    cost: FloatArray
+    budget: float
+
+    def spent_by_reason(self) -> dict[str, float]:
+        return {
+            name: float(self.cost[self.reason == code].sum()) for code, name in enumerate(REASONS)
+        }
+
+    def summary(self) -> dict[str, float]:
+        spent = float(self.cost.sum())
+        changes = float(self.expected_change.sum())
+        return {
+            "pages": float(self.index.shape[0]),
+            "budget": self.budget,
+            "spent": spent,
+            "expected_fresh_days": float(self.expected_gain.sum()),
+            "expected_changes": changes,
+            "expected_cost_per_change": spent / changes if changes > 0 else float("inf"),
+            **{f"spent_{name}": v for name, v in self.spent_by_reason().items()},
+        }
+
+
+def select_batch(
+    candidates: Candidates,
+    budget: float,
+    host_capacity: FloatArray,
+    *,
+    slices: Slices | None = None,
+    cycle_days: float = 1.0,
+    seed: int = 0,
+) -> CyclePlan:
+    """This cycle's batch: slices first, then due pages by priority, within budget and hosts."""
+    c = candidates
+    slices = slices or Slices()
+    if not np.isfinite(budget) or budget < 0:
+        raise PlanningInputError(f"budget must be finite and non-negative, got {budget}")
+    if host_capacity.shape[0] <= (int(c.hosts.max()) if c.size else -1):
+        raise PlanningInputError("host_capacity needs an entry for every host code")
+    if c.size and not (c.cost > 0).all():
+        raise PlanningInputError("every candidate needs a positive cost")
+    known = ~np.isnan(c.days_since_visit)
+    since = np.where(known, c.days_since_visit, 0.0)
+    with np.errstate(divide="ignore"):
+        interval = np.where(c.frequency > 0, 1.0 / c.frequency, np.inf)
+    p_changed = np.where(known, -np.expm1(-c.rate * since), 1.0)
+    gain = freshness_gain(c.rate, since, np.minimum(interval, 365.0))
+    rng = np.random.default_rng(seed)
+
+    taken = np.zeros(c.size, dtype=bool)
+    reason = np.full(c.size, -1, dtype=np.int64)
+    score = np.zeros(c.size)
+    used = np.zeros(host_capacity.shape[0])
+    remaining = float(budget)
+
+    def take(code: int, eligible: NDArray[np.bool_], scores: FloatArray, share: float) -> None:
+        nonlocal remaining
+        allowed = min(remaining, share)
+        chosen = _fill(eligible & ~taken, scores, c.cost, c.hosts, host_capacity - used, allowed)
+        taken[chosen] = True
+        reason[chosen] = code
+        score[chosen] = scores[chosen]
+        np.add.at(used, c.hosts[chosen], 1.0)
+        remaining -= float(c.cost[chosen].sum())
+
+    verify_scores = rng.random(c.size)
+    take(VERIFICATION, known, verify_scores, slices.verification * budget)
+    take(DISCOVERY, ~known, c.value / c.cost, slices.discovery * budget)
+    unsure = (c.frequency <= 0) | (c.log_std >= slices.uncertain_log_std)
+    stale = known & unsure & (since >= slices.reestimate_after_days)
+    take(REESTIMATION, stale, c.value * since / c.cost, slices.reestimation * budget)
+    # due: the interval has passed, within half a cycle (visits happen at any time of day)
+    due = known & (c.frequency > 0) & (since >= interval - 0.5 * cycle_days)
+    take(DUE, due, c.value * gain / c.cost, remaining)
+
+    index = np.flatnonzero(taken)
+    order = np.lexsort((-score[index], reason[index]))
+    index = index[order]
+    return CyclePlan(
+        index=index,
+        reason=reason[index],
+        score=score[index],
+        expected_gain=gain[index],
+        expected_change=p_changed[index],
+        cost=c.cost[index],
+        budget=float(budget),
+    )
+
+
+def _fill(
+    eligible: NDArray[np.bool_],
+    scores: FloatArray,
+    cost: FloatArray,
+    hosts: IntArray,
+    capacity_left: FloatArray,
+    budget: float,
+) -> IntArray:
+    """Best-scoring eligible pages within ``budget`` and each host's remaining capacity.
+
+    Pages are ranked by score; a page beyond its host's remaining capacity is skipped;
+    the budget is filled greedily: the longest affordable prefix, then, with what is left,
+    the best of the remaining pages that still fit, once more.
+    """
+    pool = np.flatnonzero(eligible)
+    if pool.shape[0] == 0 or budget <= 0:
+        return pool[:0]
+    pool = pool[np.argsort(-scores[pool], kind="stable")]
+    # rank of each page within its host, in score order
+    by_host = np.argsort(hosts[pool], kind="stable")
+    sorted_hosts = hosts[pool][by_host]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_hosts)) + 1]
+    rank_sorted = np.arange(pool.shape[0]) - np.repeat(
+        starts, np.diff(np.r_[starts, pool.shape[0]])
+    )
+    rank = np.empty(pool.shape[0], dtype=np.int64)
+    rank[by_host] = rank_sorted
+    pool = pool[rank < np.floor(capacity_left[hosts[pool]] + 1e-9)]
+    spent = np.cumsum(cost[pool])
+    fits = spent <= budget * (1 + 1e-12)
+    chosen = pool[fits]
+    left = budget - (float(spent[fits][-1]) if fits.any() else 0.0)
+    rest = pool[~fits]
+    rest = rest[cost[rest] <= left]
+    if rest.shape[0] and left > 0:
+        extra = rest[np.cumsum(cost[rest]) <= left * (1 + 1e-12)]
+        chosen = np.concatenate([chosen, extra])
+    return chosen

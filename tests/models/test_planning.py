@@ -1,0 +1,96 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from models.planning import (
+    DISCOVERY,
+    DUE,
+    REESTIMATION,
+    VERIFICATION,
+    Candidates,
+    PlanningInputError,
+    Slices,
+    select_batch,
+)
+
+
+def candidates(n=1000, seed=0, never=0.1, hosts=20):
+    rng = np.random.default_rng(seed)
+    since = rng.uniform(0, 10, n)
+    since[rng.random(n) < never] = np.nan
+    frequency = rng.choice([0.0, 0.1, 0.5, 1.0], n)
+    return Candidates(
+        page_ids=np.arange(n, dtype=np.int64),
+        hosts=rng.integers(0, hosts, n),
+        value=rng.choice([1.0, 2.0, 5.0, 10.0], n),
+        cost=rng.uniform(0.5, 2.0, n),
+        rate=rng.lognormal(-1, 1, n),
+        frequency=frequency,
+        log_std=rng.uniform(0.1, 2.0, n),
+        days_since_visit=since,
+    )
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(st.integers(0, 10_000), st.floats(0.0, 800.0), st.integers(1, 30))
+def test_budget_and_host_capacity_are_never_exceeded(seed, budget, cap):
+    c = candidates(seed=seed)
+    capacity = np.full(20, float(cap))
+    plan = select_batch(c, budget, capacity, seed=seed)
+    assert plan.cost.sum() <= budget * (1 + 1e-9)
+    assert len(np.unique(plan.index)) == len(plan.index)
+    assert (np.bincount(c.hosts[plan.index], minlength=20) <= cap).all()
+
+
+def test_slices_get_their_share_and_due_pages_go_by_priority():
+    c = candidates(n=5000, seed=1)
+    budget = 600.0
+    slices = Slices(0.1, 0.1, 0.05, reestimate_after_days=5.0)
+    plan = select_batch(c, budget, np.full(20, 1e9), slices=slices)
+    spent = plan.spent_by_reason()
+    assert 0 < spent["verification"] <= 0.05 * budget
+    assert 0.09 * budget < spent["discovery"] <= 0.1 * budget
+    assert 0 < spent["re-estimation"] <= 0.1 * budget
+    assert plan.cost.sum() == pytest.approx(budget, rel=0.01)  # the rest fills with due pages
+    # every due page left out scores no better than the due pages taken (up to budget fit)
+    taken_due = plan.index[plan.reason == DUE]
+    assert (plan.reason == DISCOVERY).sum() > 0 and (plan.reason == REESTIMATION).sum() > 0
+    assert (plan.reason == VERIFICATION).sum() > 0
+    due_scores = plan.score[plan.reason == DUE]
+    assert np.all(np.diff(due_scores) <= 1e-12)  # listed best first
+    assert np.isnan(c.days_since_visit[plan.index[plan.reason == DISCOVERY]]).all()
+    assert len(taken_due) > 0
+
+
+def test_unused_slices_flow_to_due_pages():
+    c = candidates(n=2000, seed=2, never=0.0)  # nothing to discover
+    plan = select_batch(c, 100.0, np.full(20, 1e9), slices=Slices(0.5, 0.0, 0.0))
+    assert plan.spent_by_reason()["discovery"] == 0
+    assert plan.cost.sum() == pytest.approx(100.0, rel=0.02)
+
+
+def test_verification_sample_is_reproducible():
+    c = candidates(seed=3)
+    a = select_batch(c, 200.0, np.full(20, 1e9), seed=7)
+    b = select_batch(c, 200.0, np.full(20, 1e9), seed=7)
+    np.testing.assert_array_equal(a.index, b.index)
+
+
+def test_zero_budget_and_bad_input():
+    c = candidates()
+    assert select_batch(c, 0.0, np.full(20, 5.0)).index.shape == (0,)
+    with pytest.raises(PlanningInputError, match="budget"):
+        select_batch(c, -1.0, np.full(20, 5.0))
+    with pytest.raises(PlanningInputError, match="every host code"):
+        select_batch(c, 10.0, np.full(3, 5.0))
+    with pytest.raises(PlanningInputError, match="shares"):
+        Slices(0.6, 0.6, 0.0)
+
+
+def test_summary_counts_expected_changes():
+    c = candidates(seed=4)
+    plan = select_batch(c, 300.0, np.full(20, 1e9))
+    s = plan.summary()
+    assert s["spent"] == pytest.approx(plan.cost.sum())
+    assert s["expected_cost_per_change"] == pytest.approx(s["spent"] / s["expected_changes"])
