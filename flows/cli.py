@@ -26,6 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     est.add_argument("--out", type=Path, help="write the estimates to this Parquet file")
     est.add_argument("--prior", choices=["empirical", "none"], default="empirical")
 
+    plan = sub.add_parser("plan", help="estimate -> allocate -> select this cycle's batch")
+    plan.add_argument("--root", type=Path, default=Path("data"))
+    plan.add_argument("--cycle", type=int, required=True, help="the cycle id to plan")
+    plan.add_argument("--budget", type=float, required=True, help="the cycle's budget, cost units")
+    plan.add_argument(
+        "--host-capacity", type=float, default=500.0, help="visits per host per cycle"
+    )
+    plan.add_argument("--seed", type=int, default=0)
+
     cat = sub.add_parser("catalog", help="add pages to the catalog from a CSV or Parquet file")
     cat.add_argument("action", choices=["import"])
     cat.add_argument("file", type=Path)
@@ -71,6 +80,18 @@ def _estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from tasks.planning import plan_cycle
+
+    result = plan_cycle(
+        args.root, args.cycle, args.budget, host_capacity=args.host_capacity, seed=args.seed
+    )
+    print(f"plan written to {result.path}")
+    for key, value in result.summary.items():
+        print(f"  {key:<28} {value:,.3f}")
+    return 0
+
+
 def _catalog(args: argparse.Namespace) -> int:
     from tasks.catalog import CatalogStore
 
@@ -98,7 +119,13 @@ def _history(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"demo": _demo, "estimate": _estimate, "catalog": _catalog, "history": _history}
+_COMMANDS = {
+    "demo": _demo,
+    "estimate": _estimate,
+    "plan": _plan,
+    "catalog": _catalog,
+    "history": _history,
+}
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -58,3 +58,20 @@ def test_catalog_import_rejects_bad_urls_by_row(tmp_path):
     assert done.returncode == 2
     assert "row 1" in done.stderr and "ftp://nope.test/x" in done.stderr
     assert not (tmp_path / "pages" / "catalog.parquet").exists()
+
+
+def test_plan_writes_a_plan_within_budget(tmp_path):
+    import pandas as pd
+
+    root = tmp_path / "d"
+    assert (
+        run("demo", "--root", str(root), "--pages", "2000", "--cycles", "6", cwd=None).returncode
+        == 0
+    )
+    done = run("plan", "--root", str(root), "--cycle", "6", "--budget", "300", cwd=None)
+    assert done.returncode == 0, done.stderr
+    assert "expected_cost_per_change" in done.stdout
+    plan = pd.read_parquet(root / "plans" / "cycle=6.parquet")
+    assert 0 < plan["cost"].sum() <= 300
+    assert set(plan["reason"]) <= {"due", "discovery", "re-estimation", "verification"}
+    assert plan["url_id"].is_unique
