@@ -12,11 +12,13 @@ Three estimators:
   intervals ``I`` its expectation is ``(1 - exp(-rate I)) / I``.
 * :func:`improved_rate` - Cho & Garcia-Molina (ACM TOIT 2003) for regular intervals,
   ``-log((n - X + 0.5) / (n + 0.5)) / I``; finite for X = 0 and X = n.
-* :func:`estimate_rates` / :func:`estimate_from_stats` - maximum likelihood for
-  irregular intervals (``sum_changed t / (exp(rate t) - 1) = sum_unchanged t``), with
-  empirical-Bayes smoothing toward the page's group: a Gamma prior per group, fitted
-  to the group's pages, and the posterior mode in log-rate. Every page gets a finite
-  estimate and an uncertainty; pages with no history get their group's prior.
+* :func:`estimate_rates` / :func:`estimate_from_stats` / :func:`estimate_from_moments` -
+  maximum likelihood for irregular intervals
+  (``sum_changed t / (exp(rate t) - 1) = sum_unchanged t``), with empirical-Bayes
+  smoothing toward the page's group: Gamma priors with one shape shared by all groups and
+  a mean per group, fitted by marginal likelihood (``models/rate_prior.py``), and the
+  posterior mode in log-rate. Every page gets a finite estimate and an uncertainty; pages
+  with no history get their group's prior.
 
 The per-page data the likelihood needs is held in :class:`IntervalStats`. The changed
 intervals enter the likelihood only through ``sum_changed t / (exp(rate t) - 1)``; they
