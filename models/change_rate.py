@@ -32,7 +32,6 @@ otherwise (see ``tests/models/test_change_rate.py`` for the measured error).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
@@ -161,17 +160,7 @@ def estimate_from_stats(
     max_rate: float = MAX_RATE,
 ) -> RateEstimates:
     """Estimate rates from node-form per-page statistics (``groups`` per page)."""
-    gamma = _resolve_prior(prior, stats, groups, stats.size)
-    return _estimate_in_chunks(
-        stats.size,
-        stats.page_range,
-        gamma,
-        (min_rate, max_rate),
-        page_ids=stats.page_ids,
-        n_intervals=stats.n_intervals,
-        n_changed=stats.n_changed,
-        observed_days=stats.unchanged_days + stats.changed_days,
-    )
+    return _estimate(stats, groups, prior, (min_rate, max_rate))
 
 
 def estimate_from_moments(
@@ -187,17 +176,7 @@ def estimate_from_moments(
     Same estimates as ``estimate_from_stats(moments.to_stats())``, built chunk by chunk:
     memory stays bounded and the work runs on every core.
     """
-    gamma = _resolve_prior(prior, moments, groups, moments.size)
-    return _estimate_in_chunks(
-        moments.size,
-        lambda lo, hi: moments.rows(slice(lo, hi)).to_stats(),
-        gamma,
-        (min_rate, max_rate),
-        page_ids=moments.page_ids,
-        n_intervals=moments.n_intervals,
-        n_changed=moments.n_changed,
-        observed_days=moments.unchanged_days + moments.changed_sum,
-    )
+    return _estimate(moments, groups, prior, (min_rate, max_rate))
 
 
 def _resolve_prior(
@@ -218,18 +197,15 @@ def _resolve_prior(
     raise EstimationInputError(f"unknown prior {prior!r}: use 'empirical', 'none' or a GammaPrior")
 
 
-def _estimate_in_chunks(
-    size: int,
-    chunk_of: Callable[[int, int], IntervalStats],
-    gamma: GammaPrior | None,
+def _estimate(
+    pages: IntervalStats | PageMoments,
+    groups: ArrayLike | None,
+    prior: PriorChoice,
     clamp: tuple[float, float],
-    *,
-    page_ids: IntArray,
-    n_intervals: IntArray,
-    n_changed: IntArray,
-    observed_days: FloatArray,
 ) -> RateEstimates:
     """Solve and summarize pages in chunks of ``CHUNK_PAGES``, on a thread per core."""
+    size = pages.size
+    gamma = _resolve_prior(prior, pages, groups, size)
     min_rate, max_rate = clamp
     if not 0 < min_rate < max_rate:
         raise EstimationInputError("need 0 < min_rate < max_rate")
@@ -237,7 +213,7 @@ def _estimate_in_chunks(
 
     def run(lo: int) -> None:
         hi = min(lo + CHUNK_PAGES, size)
-        stats = chunk_of(lo, hi)
+        stats = pages.page_range(lo, hi)
         if gamma is None:
             rate, curvature = _smoothed_mle(stats)
             prior_rate = np.full(hi - lo, np.nan)
@@ -268,14 +244,14 @@ def _estimate_in_chunks(
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         list(pool.map(run, range(0, size, CHUNK_PAGES)))
     return RateEstimates(
-        page_ids=page_ids,
+        page_ids=pages.page_ids,
         rate=out["rate"],
         log_std=out["log_std"],
         rate_low=out["low"],
         rate_high=out["high"],
-        n_intervals=n_intervals,
-        n_changed=n_changed,
-        observed_days=observed_days,
+        n_intervals=pages.n_intervals,
+        n_changed=pages.n_changed,
+        observed_days=pages.unchanged_days + pages.changed_days,
         prior_rate=out["prior"],
     )
 

@@ -80,6 +80,10 @@ class IntervalStats:
             node_weight=np.ones(int(flags.sum())),
         )
 
+    def take(self, pages: IntArray) -> IntervalStats:
+        """The statistics of some pages (sorted positions)."""
+        return select_pages(self, pages)
+
     def page_range(self, lo: int, hi: int) -> IntervalStats:
         """Pages ``lo`` to ``hi - 1`` (views; nodes renumbered from 0)."""
         start, stop = np.searchsorted(self.node_page, [lo, hi])
@@ -163,6 +167,18 @@ class PageMoments:
         ).any():
             raise EstimationInputError("pages with intervals must have positive interval sums")
         return out
+
+    @property
+    def changed_days(self) -> FloatArray:
+        return self.changed_sum
+
+    def take(self, pages: IntArray) -> IntervalStats:
+        """Node-form statistics of some pages (sorted positions)."""
+        return self.rows(pages).to_stats()
+
+    def page_range(self, lo: int, hi: int) -> IntervalStats:
+        """Node-form statistics of pages ``lo`` to ``hi - 1``."""
+        return self.rows(slice(lo, hi)).to_stats()
 
     def rows(self, index: IntArray | slice) -> PageMoments:
         return PageMoments(

@@ -59,14 +59,14 @@ def fit_group_priors(
     sample = observed
     if observed.shape[0] > sample_pages:
         sample = np.sort(rng.choice(observed, sample_pages, replace=False))
-    shape, overall_mean = _fit_gamma(_GridData.build(_take(stats, sample)))
+    shape, overall_mean = _fit_gamma(_GridData.build(stats.take(sample)))
 
     observed_codes = codes[observed]
     count = bincount(observed_codes, np.ones(observed.shape[0]), n_groups)
     per_group = min(float(sample_per_group), max_group_sample / max(n_groups, 1))
     keep = np.minimum(1.0, per_group / np.maximum(count, 1.0))[observed_codes]
     chosen = observed[rng.random(observed.shape[0]) < keep]
-    data = _GridData.build(_take(stats, chosen))
+    data = _GridData.build(stats.take(chosen))
     chosen_codes = codes[chosen]
     n_chosen = bincount(chosen_codes, np.ones(chosen.shape[0]), n_groups)
     group_mean = np.full(n_groups, overall_mean)
@@ -80,12 +80,6 @@ def fit_group_priors(
         if moved < 1e-4:
             break
     return GammaPrior(np.full(n_groups, shape), shape / group_mean, codes)
-
-
-def _take(pages: IntervalStats | PageMoments, index: IntArray) -> IntervalStats:
-    if isinstance(pages, PageMoments):
-        return pages.rows(index).to_stats()
-    return select_pages(pages, index)
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 
-#: Pages solved together; chunks bound memory, stay in cache and run in parallel threads
-#: (numpy releases the GIL inside its array loops).
+#: Pages handled together by chunked callers: chunks bound memory, stay in cache and run
+#: in parallel threads (numpy releases the GIL inside its array loops).
 CHUNK_PAGES = 1 << 18
 
 
@@ -40,49 +40,23 @@ def solve_posterior_mode(
     start: FloatArray | None = None,
     tolerance: float = 1e-10,
     max_iterations: int = 60,
-    threads: int | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Rates and log-posterior curvature ``J = a + S - D`` (in log r) for every page.
 
     ``target`` is ``U + b`` per page, ``shape`` is ``a``. Nodes may come in any order.
     Pages with no root (nothing unchanged and no prior rate, or no change and no prior
-    shape) get NaN rate. Pages are solved in chunks, on ``threads`` threads (default: one
-    per core).
+    shape) get NaN rate. Callers with millions of pages solve them in chunks of
+    ``CHUNK_PAGES`` (see ``models.change_rate``): the temporaries then stay in cache.
     """
-    p = target.shape[0]
     if node_page.shape[0] and (np.diff(node_page) < 0).any():
         order = np.argsort(node_page, kind="stable")
         node_page, node_days, node_weight = node_page[order], node_days[order], node_weight[order]
-    if p <= CHUNK_PAGES:
-        return _solve_chunk(
-            node_page, node_days, node_weight, target, shape, start, tolerance, max_iterations
-        )
-    bounds = [*range(0, p, CHUNK_PAGES), p]
-    node_bounds = np.searchsorted(node_page, bounds)
-    rate = np.empty(p)
-    curvature = np.empty(p)
-
-    def run(i: int) -> None:
-        lo, hi = bounds[i], bounds[i + 1]
-        nlo, nhi = node_bounds[i], node_bounds[i + 1]
-        rate[lo:hi], curvature[lo:hi] = _solve_chunk(
-            node_page[nlo:nhi] - lo,
-            node_days[nlo:nhi],
-            node_weight[nlo:nhi],
-            target[lo:hi],
-            shape[lo:hi],
-            None if start is None else start[lo:hi],
-            tolerance,
-            max_iterations,
-        )
-
-    workers = threads or os.cpu_count() or 1
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(run, range(len(bounds) - 1)))
-    return rate, curvature
+    return _solve_sorted(
+        node_page, node_days, node_weight, target, shape, start, tolerance, max_iterations
+    )
 
 
-def _solve_chunk(
+def _solve_sorted(
     node_page: IntArray,
     node_days: FloatArray,
     node_weight: FloatArray,
@@ -92,7 +66,7 @@ def _solve_chunk(
     tolerance: float,
     max_iterations: int,
 ) -> tuple[FloatArray, FloatArray]:
-    """One chunk of ``solve_posterior_mode`` (nodes sorted, pages numbered from 0)."""
+    """``solve_posterior_mode`` once the nodes are sorted by page."""
     p = target.shape[0]
     mass = bincount(node_page, node_weight, p)
     solvable = (target > 0) & ((mass > 0) | (shape > 0))
