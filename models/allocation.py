@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import optimize
 
 from models.freshness import FRESHNESS, Objective, freshness
 from models.rate_solver import bincount, map_chunks
@@ -172,36 +173,17 @@ def solve(problem: AllocationProblem) -> Allocation:
     )
     scale = np.where(p.rates > 0, scale, np.inf)  # a page that never changes gains nothing
     hosts = _HostSolver(p, scale)
-
-    frequencies, host_nu = hosts.frequencies(0.0)
-    spent = float(np.sum(p.costs * frequencies))
-    mu = 0.0
     floor_cost = float(np.sum(p.costs * p.min_frequency))
-    if spent > p.budget * (1 + 1e-12) and p.budget <= floor_cost * (1 + 1e-12):
+    free = hosts.evaluate(0.0, with_hosts=False)  # what the pages would take for free
+    if free.spend <= p.budget * (1 + 1e-12):  # the budget does not bind
+        point, mu = hosts.evaluate(0.0), 0.0
+    elif p.budget <= floor_cost * (1 + 1e-12):
         # Nothing beyond the minimums can be afforded (a zero budget, typically).
-        frequencies, mu, spent = p.min_frequency.copy(), np.inf, floor_cost
-    elif spent > p.budget * (1 + 1e-12):
-
-        def excess(log_mu: float) -> float:
-            f, _ = hosts.frequencies(float(np.exp(log_mu)))
-            return float(np.sum(p.costs * f)) / p.budget - 1.0
-
-        lo, hi = _bracket(excess, p, scale)
-        log_mu = optimize.brentq(excess, lo, hi, xtol=1e-15, rtol=1e-15, maxiter=300)
-        # Spend can jump across the budget between adjacent multipliers (pages at the edge
-        # of being given up, whose value per visit is flat there): mix the solutions just
-        # below and above the root so the budget is spent exactly.
-        below, nu_below = hosts.frequencies(float(np.exp(log_mu - 1e-13)))
-        above, nu_above = hosts.frequencies(float(np.exp(log_mu + 1e-13)))
-        spend_below = float(np.sum(p.costs * below))
-        spend_above = float(np.sum(p.costs * above))
-        theta = 1.0
-        if spend_below > spend_above:
-            theta = min(max((p.budget - spend_above) / (spend_below - spend_above), 0.0), 1.0)
-        frequencies = above + theta * (below - above)
-        host_nu = nu_above + theta * (nu_below - nu_above)
-        mu = float(np.exp(log_mu))
-        spent = float(np.sum(p.costs * frequencies))
+        point = _Point(p.min_frequency.copy(), np.zeros_like(p.host_capacity), floor_cost, 0.0)
+        mu = np.inf
+    else:
+        point, mu = _solve_budget(hosts, scale, free)
+    frequencies, host_nu, spent = point.frequencies, point.host_nu, point.spend
     total_weight = float(p.weights.sum())
     fresh = freshness(p.rates, frequencies)
     value = p.objective.value(p.rates, frequencies)
@@ -231,6 +213,39 @@ def proportional_allocation(problem: AllocationProblem) -> FloatArray:
 
 # --------------------------------------------------------------------------- internals
 
+#: Width of the ramp just below phi's limit, relative to the limit. In floating point the
+#: frequency that solves ``phi(rate / f) = t`` falls from ~rate/37 to 0 within one ulp of
+#: the limit (f ~ rate / log(1 / (limit - t))), so the spend would jump there; a linear
+#: ramp over the last 1e-9 of t keeps every load continuous, at the price of an optimality
+#: error below 1e-9 in the multipliers of pages on it.
+_EDGE = 1e-9
+_TOLERANCE = 1e-12  # relative gap accepted on the budget and on each binding capacity
+_SAMPLE = 1 << 16  # pages of the random sample that finds a start for the budget multiplier
+
+
+@dataclass
+class _Point:
+    """Frequencies at one budget multiplier, with each binding host's multiplier solved."""
+
+    frequencies: FloatArray
+    host_nu: FloatArray
+    spend: float
+    slope: float  # d spend / d mu, host multipliers following
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """Host capacities ignored, the spend of a sample of pages at a budget multiplier."""
+
+    solver: _HostSolver
+    pages: tuple[NDArray[Any], ...]
+    budget: float
+
+    def evaluate(self, mu: float) -> _Point:
+        cost = self.pages[6]
+        f, s = self.solver.page_frequencies(mu * cost, self.pages)
+        return _Point(f, np.zeros(0), float(np.sum(cost * f)), float(np.sum(cost * cost * s)))
+
 
 class _HostSolver:
     """Frequencies at a budget multiplier, with each binding host's multiplier solved."""
@@ -239,109 +254,251 @@ class _HostSolver:
         self.p = problem
         self.scale = scale
         self.inverse = _PhiInverse(problem.objective)
-        self.nu = np.zeros(problem.host_capacity.shape[0])
+        n_hosts = problem.host_capacity.shape[0]
         self.limited = np.isfinite(problem.host_capacity)
+        # warm start: the last solution's host multipliers and how they move with mu
+        self.mu = 0.0
+        self.nu = np.zeros(n_hosts)
+        self.nu_slope = np.zeros(n_hosts)
+        self._subset_key: bytes = b""
+        self._subset: tuple[NDArray[Any], ...] = ()
+        self._bounds_key: bytes = b"-"
+        self._bounds: tuple[FloatArray, FloatArray] = (np.zeros(0), np.zeros(0))
 
     def page_frequencies(
-        self, m: FloatArray, pages: slice | IntArray = slice(None)
+        self, m: FloatArray, pages: tuple[NDArray[Any], ...] | None = None
     ) -> tuple[FloatArray, FloatArray]:
-        """f and df/dm for the given pages at total multipliers ``m`` (one per page)."""
+        """f and df/dm at total multipliers ``m`` (all pages, or a cached subset)."""
         p = self.p
-        scale = self.scale[pages]
+        if pages is None:
+            scale, rates, f_min, f_max = self.scale, p.rates, p.min_frequency, p.max_frequency
+        else:
+            scale, rates, f_min, f_max = pages[2:6]
         with np.errstate(invalid="ignore"):
             t = np.where(np.isinf(scale), np.inf, m * scale)  # 0 x inf: nothing to gain
-        f, slope = map_chunks(
-            self.inverse.frequency,
-            2,
-            t,
-            p.rates[pages],
-            scale,
-            p.min_frequency[pages],
-            p.max_frequency[pages],
-        )
+        f, slope = map_chunks(self.inverse.frequency, 2, t, rates, scale, f_min, f_max)
         return f, slope
 
-    def frequencies(self, mu: float) -> tuple[FloatArray, FloatArray]:
+    def sample(self, size: int) -> _Sample:
+        """A seeded random sample of pages, with the budget scaled to its share of pages."""
         p = self.p
-        f, _ = self.page_frequencies(mu * p.costs)
+        pages = np.sort(np.random.default_rng(0).choice(p.size, size, replace=False))
+        return _Sample(self, self._gather(pages), p.budget * size / p.size)
+
+    def _gather(self, pages: IntArray) -> tuple[NDArray[Any], ...]:
+        """Index, host code, scale, rate, bounds and cost of ``pages``."""
+        p = self.p
+        return (
+            pages,
+            p.hosts[pages],
+            self.scale[pages],
+            p.rates[pages],
+            p.min_frequency[pages],
+            p.max_frequency[pages],
+            p.costs[pages],
+        )
+
+    def _pages_of(self, binding: NDArray[np.bool_]) -> tuple[NDArray[Any], ...]:
+        """The binding hosts' pages (see ``_gather``), cached while the set is the same."""
+        key = np.packbits(binding).tobytes()
+        if key != self._subset_key:
+            self._subset = self._gather(np.flatnonzero(binding[self.p.hosts]))
+            self._subset_key = key
+        return self._subset
+
+    def evaluate(self, mu: float, *, with_hosts: bool = True) -> _Point:
+        """The point at budget multiplier ``mu`` (host capacities ignored if not ``with_hosts``)."""
+        p = self.p
+        f, s = self.page_frequencies(mu * p.costs)
         nu = np.zeros_like(self.nu)
-        if not self.limited.any():
-            return f, nu
-        n_hosts = nu.shape[0]
-        load = bincount(p.hosts, f, n_hosts)
-        binding = self.limited & (load > p.host_capacity * (1 + 1e-12))
-        if not binding.any():
-            return f, nu
-        pages = np.flatnonzero(binding[p.hosts])
-        host_of = p.hosts[pages]
+        nu_slope = np.zeros_like(self.nu)
+        if with_hosts and self.limited.any():
+            load = bincount(p.hosts, f, nu.shape[0])
+            binding = self.limited & (load > p.host_capacity * (1 + _TOLERANCE))
+            if binding.any():
+                sub = self._pages_of(binding)
+                g, gs, nu, nu_slope = self._solve_hosts(mu, binding, sub)
+                f[sub[0]] = g
+                s[sub[0]] = gs
+                self.mu, self.nu, self.nu_slope = mu, nu, nu_slope
+        c = p.costs
+        # d spend / d mu = sum c s (c + d nu_h / d mu), with d nu_h / d mu = -a_h / d_h
+        slope = float(np.sum(c * c * s)) + float(
+            np.sum(nu_slope * bincount(p.hosts, c * s, nu.shape[0]))
+        )
+        return _Point(f, nu, float(np.sum(c * f)), slope)
+
+    def _solve_hosts(
+        self, mu: float, binding: NDArray[np.bool_], sub: tuple[NDArray[Any], ...]
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """Each binding host's multiplier, all hosts at once.
+
+        Newton steps until the root is bracketed, then false position with the Illinois
+        modification: the load can fall steeply where pages are about to be given up (the
+        slope at one end says nothing of a page about to re-enter), which defeats Newton and
+        makes bisection slow. Hosts that are done drop out, and their pages with them.
+        """
+        p = self.p
+        n_hosts = binding.shape[0]
         cap = p.host_capacity
-        lo = np.zeros(n_hosts)
-        hi = np.full(n_hosts, np.inf)
-        guess = np.where(binding, self.nu, 0.0)
-        base = mu * p.costs[pages]
+        tol = _TOLERANCE * np.maximum(cap, 1e-300)
+        host_of, cost = sub[1], sub[6]
+        # bracket [lo, hi] of each host's multiplier, with the load gaps at both ends
+        lo, gap_lo = np.zeros(n_hosts), np.full(n_hosts, np.nan)
+        hi, gap_hi = self._upper_bounds(sub, n_hosts)
+        predicted = self.nu + self.nu_slope * (mu - self.mu)
+        guess = np.where(binding, np.clip(predicted, 0.0, hi), 0.0)
+        seen_hi = np.zeros(n_hosts, dtype=bool)  # hi evaluated (not just the a-priori bound)
+        kept = np.zeros(n_hosts, dtype=np.int8)  # end the last step kept: 1 lo, -1 hi (Illinois)
+        secants = np.zeros(n_hosts, dtype=np.int8)  # false-position steps since a bisection
+        live = binding.copy()
+        g_all, dg_all = np.empty(host_of.shape[0]), np.empty(host_of.shape[0])
+        gap = np.zeros(n_hosts)
+        pos = np.arange(host_of.shape[0])
+        work = sub
         for _ in range(200):
-            g, dg = self.page_frequencies(base + guess[host_of], pages)
-            total = bincount(host_of, g, n_hosts)
-            slope = bincount(host_of, dg, n_hosts)
-            gap = total - cap
-            lo = np.where(binding & (gap > 0), guess, lo)
-            hi = np.where(binding & (gap <= 0), guess, hi)
+            w_host = work[1]
+            g, dg = self.page_frequencies(mu * work[6] + guess[w_host], work)
+            g_all[pos], dg_all[pos] = g, dg
+            gap = np.where(live, bincount(w_host, g, n_hosts) - cap, gap)
+            slope = bincount(w_host, dg, n_hosts)
+            above = live & (gap > 0)
+            below = live & (gap <= 0)
+            # Illinois: an end kept twice in a row has its gap halved
+            gap_hi = np.where(above & (kept == -1), 0.5 * gap_hi, gap_hi)
+            gap_lo = np.where(below & (kept == 1), 0.5 * gap_lo, gap_lo)
+            lo, gap_lo = np.where(above, guess, lo), np.where(above, gap, gap_lo)
+            hi, gap_hi = np.where(below, guess, hi), np.where(below, gap, gap_hi)
+            seen_hi |= below
+            kept = np.where(above, -1, np.where(below, 1, kept))
             narrow = np.isfinite(hi) & (hi - lo <= 4e-16 * hi)  # float64 cannot resolve further
-            done = ~binding | narrow | (np.abs(gap) <= 1e-11 * np.maximum(cap, 1e-300))
-            if done.all():
+            live &= ~(narrow | (np.abs(gap) <= tol))
+            if not live.any():
                 break
             with np.errstate(divide="ignore", invalid="ignore"):
                 newton = guess - gap / slope
-            fallback = np.where(np.isfinite(hi), 0.5 * (lo + hi), np.maximum(2 * guess, 1e-12))
-            ok = np.isfinite(newton) & (newton > lo) & (newton < hi)
-            guess = np.where(done, guess, np.where(ok, newton, fallback))
-        # Where the load jumps across the capacity between two adjacent multipliers (pages
-        # at the edge of being given up, whose value per visit is flat there), mix the
-        # solutions at both ends of the bracket so the capacity is used exactly.
-        unresolved = binding & (np.abs(gap) > 1e-11 * np.maximum(cap, 1e-300)) & np.isfinite(hi)
+                secant = (lo * gap_hi - hi * gap_lo) / (gap_hi - gap_lo)
+            # bisect in logs: an a-priori upper bound can be orders of magnitude off
+            with np.errstate(invalid="ignore"):
+                middle = np.where(lo > 0, np.sqrt(lo * hi), 0.01 * hi)
+            middle = np.where(np.isfinite(hi), middle, np.maximum(2 * guess, 1e-12))
+            # Newton until the root is bracketed by evaluated points, then false position
+            # (bisecting every fourth step, so a stalled end cannot hold it up for long)
+            bracketed = np.isfinite(gap_lo) & seen_hi
+            use_secant = bracketed & (secants < 3) & np.isfinite(secant)
+            use_secant &= (secant > lo) & (secant < hi)
+            use_newton = ~bracketed & np.isfinite(newton) & (newton > lo) & (newton < hi)
+            step = np.where(use_secant, secant, np.where(use_newton, newton, middle))
+            guess = np.where(live, step, guess)
+            secants = np.where(live, np.where(use_secant, secants + 1, 0), secants)
+            keep = live[w_host]
+            if keep.sum() < 0.5 * keep.shape[0]:  # drop the pages of finished hosts
+                pos = pos[keep]
+                work = tuple(a[keep] for a in work)
+        # Where float64 cannot resolve the multiplier (pages on the steep ramp at the edge
+        # of being given up), mix the solutions at both ends of the bracket so the
+        # capacity is used exactly.
+        unresolved = binding & (np.abs(gap) > tol) & np.isfinite(hi)
         if unresolved.any():
-            g_lo, _ = self.page_frequencies(base + lo[host_of], pages)
-            g_hi, _ = self.page_frequencies(base + hi[host_of], pages)
+            g_lo, _ = self.page_frequencies(mu * cost + lo[host_of], sub)
+            g_hi, _ = self.page_frequencies(mu * cost + hi[host_of], sub)
             load_lo = bincount(host_of, g_lo, n_hosts)
             load_hi = bincount(host_of, g_hi, n_hosts)
             with np.errstate(divide="ignore", invalid="ignore"):
                 theta = np.clip((cap - load_hi) / (load_lo - load_hi), 0.0, 1.0)
-            mixed = g_hi + theta[host_of] * (g_lo - g_hi)
-            g = np.where(unresolved[host_of], mixed, g)
+                mixed = g_hi + theta[host_of] * (g_lo - g_hi)
+            g_all = np.where(unresolved[host_of], mixed, g_all)
             guess = np.where(unresolved, hi, guess)
-        f[pages] = g
-        nu[binding] = guess[binding]
-        self.nu = np.where(binding, guess, self.nu)  # warm start for the next multiplier
-        return f, nu
+        slope = bincount(host_of, dg_all, n_hosts)
+        a = bincount(host_of, cost * dg_all, n_hosts)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            nu_slope = np.where(binding & (slope < 0), -a / slope, 0.0)
+        return g_all, dg_all, np.where(binding, guess, 0.0), nu_slope
+
+    def _upper_bounds(
+        self, sub: tuple[NDArray[Any], ...], n_hosts: int
+    ) -> tuple[FloatArray, FloatArray]:
+        """A host multiplier at which every page of the host is at its minimum, and the gap.
+
+        Only where phi is bounded (past ``limit / scale`` a page is given up); inf else.
+        """
+        if self._bounds_key != self._subset_key:
+            limit = self.inverse.limit
+            hi = np.full(n_hosts, np.inf)
+            if np.isfinite(limit):
+                host_of, scale = sub[1], sub[2]
+                hi = np.zeros(n_hosts)
+                np.maximum.at(hi, host_of, np.where(np.isfinite(scale), limit / scale, 0.0))
+                hi = np.where(hi > 0, hi, np.inf)
+            floor = bincount(sub[1], sub[4], n_hosts) - self.p.host_capacity
+            self._bounds = (hi, np.where(np.isfinite(hi), floor, np.nan))
+            self._bounds_key = self._subset_key
+        return self._bounds[0].copy(), self._bounds[1].copy()
 
 
 class _PhiInverse:
-    """r with phi(r) = t, for all pages at once: a log-log table and one Newton step."""
+    """f(t) = rate / r(t) with phi(r(t)) = t, for all pages at once, from one table.
 
-    def __init__(self, objective: Objective) -> None:
+    ``log r`` is tabulated with its derivative on a fine uniform grid of
+    ``u = log(t / (1 - t / limit))`` (``log t`` when phi is unbounded), where it is
+    smooth at both ends, and read back by linear interpolation (relative error ~1e-9):
+    one log and one exp per page, no search. Past the table's low end it is
+    extrapolated along the power law phi ~ r^k; between ``edge`` and the limit f falls
+    linearly to 0 (see ``_EDGE``).
+    """
+
+    def __init__(self, objective: Objective, points: int = 1 << 16) -> None:
         self.objective = objective
-        log_r = np.linspace(np.log(1e-7), np.log(2e3), 4000)
+        self.limit = objective.phi_limit
+        self.edge = self.limit * (1 - _EDGE)  # inf when phi is unbounded: no ramp
+        dense = np.linspace(np.log(1e-7), np.log(1e6), 200_001)
+        phi = objective.phi(np.exp(dense))
+        inside = phi < self.edge
+        u_dense = self._u(phi[inside])
+        top = float(self._u(np.array([self.edge]))[0]) if np.isfinite(self.edge) else u_dense[-1]
+        grid = np.linspace(u_dense[0], min(top, u_dense[-1]) if np.isinf(top) else top, points)
+        log_r = np.interp(grid, u_dense, dense[inside])
+        for _ in range(4):  # Newton polish on u(phi(r)) = grid, in log r
+            r = np.exp(log_r)
+            phi = objective.phi(r)
+            log_r -= (self._u(phi) - grid) / (r * objective.phi_slope(r) * self._du(phi))
         r = np.exp(log_r)
         phi = objective.phi(r)
-        keep = phi < objective.phi_limit * (1 - 1e-15)
-        self.log_r = log_r[keep]
-        self.log_phi = np.log(phi[keep])
+        self.u0 = float(grid[0])
+        self.h = float(grid[1] - grid[0])
+        self.y = log_r
+        self.dy = 1.0 / (r * objective.phi_slope(r) * self._du(phi))  # d log r / du
+        self.edge_r = float(r[-1]) if np.isfinite(self.edge) else 0.0
 
-    def radius(self, t: FloatArray) -> FloatArray:
-        """r(t); inf where t reaches phi's limit, 0 where t = 0."""
-        obj = self.objective
+    def _u(self, t: FloatArray) -> FloatArray:
         with np.errstate(divide="ignore"):
-            log_t = np.log(t)
-        log_r = np.interp(log_t, self.log_phi, self.log_r)
-        r = np.exp(log_r)
-        # one Newton step on log phi(r) = log t, in log r
-        phi = obj.phi(r)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            step = (np.log(phi) - log_t) / (r * obj.phi_slope(r) / phi)
-        with np.errstate(over="ignore"):
-            r = np.exp(log_r - np.where(np.isfinite(step), step, 0.0))
-        r = np.where(t >= obj.phi_limit, np.inf, r)
-        return np.asarray(np.where(t <= 0, 0.0, r), dtype=np.float64)
+            if np.isfinite(self.limit):
+                return np.asarray(np.log(t * self.limit / (self.limit - t)), dtype=np.float64)
+            return np.asarray(np.log(t), dtype=np.float64)
+
+    def _du(self, t: FloatArray) -> FloatArray:
+        """du/dt."""
+        if np.isfinite(self.limit):
+            return np.asarray(self.limit / (t * (self.limit - t)), dtype=np.float64)
+        return np.asarray(1.0 / t, dtype=np.float64)
+
+    def log_radius(self, t: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """log r(t) and d log r / du, for t below ``edge``."""
+        s = (self._u(t) - self.u0) / self.h
+        last = self.y.shape[0] - 1
+        inner = np.clip(s, 0.0, float(last))
+        i = np.minimum(inner.astype(np.int64), last - 1)
+        w = inner - i
+        y0 = self.y[i]
+        dy = self.dy[i]
+        y = y0 + w * (self.y[i + 1] - y0)
+        # beyond the table: along the end's slope (the power law at the low end)
+        beyond = s - inner
+        if beyond.any():
+            end_slope = np.where(s < 0, self.dy[0], self.dy[last])
+            y = y + beyond * self.h * end_slope
+            dy = np.where(beyond != 0, end_slope, dy)
+        return y, dy
 
     def frequency(
         self,
@@ -352,37 +509,105 @@ class _PhiInverse:
         f_max: FloatArray,
     ) -> tuple[FloatArray, FloatArray]:
         """f = clip(rate / r(t)) and df/dm (t = m * scale), 0 where clipped."""
-        r = self.radius(t)
+        ramp = t > self.edge
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            raw = np.where(r > 0, rate / r, np.inf)
-            slope = -(rate / (r * r)) * scale / self.objective.phi_slope(r)
+            below = np.where(ramp, self.edge, t)
+            log_r, dlog_r = self.log_radius(below)
+            raw = rate * np.exp(-log_r)
+            # df/dm = -f (d log r / du) (du / dt) scale
+            slope = -raw * dlog_r * self._du(below) * scale
+            if ramp.any():
+                width = self.limit - self.edge
+                share = np.clip((self.limit - t) / width, 0.0, 1.0)
+                top = rate / self.edge_r
+                raw = np.where(ramp, top * share, raw)
+                slope = np.where(ramp, np.where(share > 0, -top * scale / width, 0.0), slope)
         raw = np.where(np.isinf(scale), 0.0, raw)  # nothing to gain: no visits beyond the minimum
+        raw = np.where(t <= 0, np.inf, raw)
         f = np.minimum(np.maximum(raw, f_min), f_max)
         inside = (raw > f_min) & (raw < f_max) & np.isfinite(slope)
         return f, np.where(inside, slope, 0.0)
 
 
-def _bracket(
-    excess: Callable[[float], float], problem: AllocationProblem, scale: FloatArray
-) -> tuple[float, float]:
-    """log mu bounds with excess(lo) > 0 > excess(hi) (excess decreasing in mu)."""
+def _solve_budget(hosts: _HostSolver, scale: FloatArray, free: _Point) -> tuple[_Point, float]:
+    """The budget multiplier, first without host capacities, then with them.
+
+    Host capacities only lower the spend at any multiplier, so the root without them
+    (cheap: one pass per step, no host multipliers to solve) is an upper bound and a
+    close start for the real one. ``free`` is the point at mu = 0 without capacities.
+    """
+    p = hosts.p
     useful = np.isfinite(scale) & (scale > 0)
     if not useful.any():
         raise AllocationInputError("no page can gain from a visit (all rates or weights are 0)")
-    # mu * cost * scale near 1 is where a typical page stops being worth a visit
-    centre = float(np.log(np.median(1.0 / (problem.costs[useful] * scale[useful]))))
-    lo, hi = centre - 1.0, centre + 1.0
-    for _ in range(100):
-        if excess(lo) > 0:
+    if np.isfinite(free.spend) and free.slope < 0:  # one Newton step in mu from mu = 0
+        x = float(np.log((free.spend - p.budget) / -free.slope))
+    else:  # mu * cost * scale near 1 is where a typical page stops being worth a visit
+        x = float(np.log(np.median(1.0 / (p.costs[useful] * scale[useful]))))
+    if p.size > 4 * _SAMPLE:  # a start from a random sample's root: cheap and close
+        sample = hosts.sample(_SAMPLE)
+        _, mu = _spend_root(sample.evaluate, sample.budget, x, x_floor=-np.inf, tolerance=1e-4)
+        x = float(np.log(mu)) if mu > 0 else x
+    if not hosts.limited.any():
+        return _spend_root(hosts.evaluate, p.budget, x, x_floor=-np.inf)
+    free_evaluate = partial(hosts.evaluate, with_hosts=False)
+    _, mu = _spend_root(free_evaluate, p.budget, x, x_floor=-np.inf, tolerance=1e-6)
+    x = float(np.log(mu)) if mu > 0 else x
+    # below x_floor, try mu = 0: host capacities alone may keep the spend within budget
+    return _spend_root(hosts.evaluate, p.budget, x, x_floor=x - 40.0)
+
+
+def _spend_root(
+    evaluate: Callable[[float], _Point],
+    budget: float,
+    x: float,
+    x_floor: float,
+    tolerance: float = _TOLERANCE,
+) -> tuple[_Point, float]:
+    """The multiplier at which ``evaluate`` spends the budget: safeguarded Newton on log mu.
+
+    Spend falls continuously as mu rises; Newton steps use its exact slope (host
+    multipliers following), bisection takes over when a step leaves the bracket or
+    stalls. If float64 cannot resolve mu any further, the solutions at both ends of the
+    bracket are mixed so the budget is spent exactly.
+    """
+    lo, hi = -np.inf, np.inf
+    above: _Point | None = None  # the last point spending too much (at lo)
+    below: _Point | None = None  # the last point spending too little (at hi)
+    last_gap = np.inf
+    for _ in range(300):
+        mu = float(np.exp(x)) if x > x_floor else 0.0
+        point = evaluate(mu)
+        gap = point.spend / budget - 1.0
+        if abs(gap) <= tolerance or (mu == 0.0 and gap < 0):
+            return point, mu
+        if gap > 0:
+            lo, above = x, point
+        else:
+            hi, below = x, point
+        bracketed = np.isfinite(lo) and np.isfinite(hi)
+        if bracketed and hi - lo <= 4e-16 * max(1.0, abs(x)):
             break
-        lo -= 4.0
-    for _ in range(100):
-        if excess(hi) < 0:
-            break
-        hi += 4.0
-    if not (excess(lo) > 0 > excess(hi)):
+        slope = mu * point.slope / budget  # d gap / d log mu
+        step = -gap / slope if slope < 0 else (4.0 if gap > 0 else -4.0)
+        target = x + float(np.clip(step, -8.0, 8.0))
+        if bracketed and (not lo < target < hi or abs(gap) > 0.5 * last_gap):
+            target = 0.5 * (lo + hi)
+        elif not bracketed and not lo < target < hi:
+            target = x + (4.0 if gap > 0 else -4.0)
+        last_gap = abs(gap)
+        x = max(target, x_floor)
+    if above is None or below is None:
         raise AllocationInputError("could not bracket the budget multiplier")
-    return lo, hi
+    theta = (budget - below.spend) / (above.spend - below.spend)
+    theta = min(max(theta, 0.0), 1.0)
+    mixed = _Point(
+        below.frequencies + theta * (above.frequencies - below.frequencies),
+        below.host_nu + theta * (above.host_nu - below.host_nu),
+        below.spend + theta * (above.spend - below.spend),
+        below.slope,
+    )
+    return mixed, float(np.exp(hi))
 
 
 def _vector(values: ArrayLike, name: str) -> FloatArray:

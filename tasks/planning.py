@@ -4,27 +4,60 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from models.allocation import allocate
-from models.planning import REASONS, Candidates, Slices, select_batch
+from models.cost import (
+    BILLED_OUTCOMES,
+    COST_MODELS,
+    UNHEALTHY_OUTCOMES,
+    CostModel,
+    PageHistory,
+    health_multiplier,
+)
+from models.planning import REASONS, Candidates, PlanningInputError, Slices, select_batch
 from models.schemas import OBSERVATION_OUTCOMES
 from tasks.catalog import CatalogStore
 from tasks.estimation import load_rate_estimates
 from tasks.history import HistoryStore, connect
 
-_LAST_VISITS = """
-SELECT url_id, max(fetched_at) AS last_visit
-FROM history WHERE outcome IN (SELECT unnest($observed)) GROUP BY url_id
+_NEWEST = "SELECT max(fetched_at) FROM history"
+# One pass over the history per page: its last observation, and what its recent attempts
+# cost and said about its host. Attempts that sent no request (shed, robots denials) are
+# not attempts for pricing.
+_ATTEMPTS = """
+SELECT url_id, any_value(host) AS host,
+       max(fetched_at) FILTER (WHERE outcome IN (SELECT unnest($observed))) AS last_visit,
+       count(*) FILTER (WHERE priced AND fetched_at >= $cost_since) AS attempts,
+       count(*) FILTER (WHERE priced AND fetched_at >= $cost_since
+                        AND outcome IN (SELECT unnest($billed))) AS billed,
+       sum(coalesce(bytes, 0)) FILTER (WHERE priced AND fetched_at >= $cost_since) AS bytes,
+       count(*) FILTER (WHERE priced AND fetched_at >= $health_since) AS recent,
+       count(*) FILTER (WHERE fetched_at >= $health_since
+                        AND outcome IN (SELECT unnest($unhealthy))) AS unhealthy
+FROM (SELECT *, outcome NOT IN ('shed', 'robots_denied') AS priced FROM history)
+GROUP BY url_id
 """
 _PAGES = """
+WITH hosts AS (
+    SELECT host, sum(attempts) AS host_attempts, sum(billed) AS host_billed,
+           sum(bytes) / nullif(sum(attempts), 0) AS host_mean_bytes,
+           sum(recent) AS host_recent, sum(unhealthy) AS host_unhealthy
+    FROM attempts GROUP BY host
+)
 SELECT e.url_id, e.host, e.rate, e.log_std, coalesce(c.value, 1.0) AS value,
-       coalesce(c.cost, 1.0) AS cost, v.last_visit
-FROM estimates e LEFT JOIN catalog c USING (url_id) LEFT JOIN visits v USING (url_id)
+       c.cost AS cost_hint, a.last_visit,
+       coalesce(a.attempts, 0) AS attempts, coalesce(a.billed, 0) AS billed,
+       a.bytes / nullif(a.attempts, 0) AS mean_bytes,
+       coalesce(h.host_attempts, 0) AS host_attempts, coalesce(h.host_billed, 0) AS host_billed,
+       h.host_mean_bytes, coalesce(h.host_recent, 0) AS host_recent,
+       coalesce(h.host_unhealthy, 0) AS host_unhealthy
+FROM estimates e LEFT JOIN catalog c USING (url_id) LEFT JOIN attempts a USING (url_id)
+     LEFT JOIN hosts h ON h.host = e.host
 """
 
 
@@ -32,6 +65,7 @@ FROM estimates e LEFT JOIN catalog c USING (url_id) LEFT JOIN visits v USING (ur
 class PlanResult:
     path: Path
     summary: dict[str, float]
+    cost_model: str
 
 
 def plan_cycle(
@@ -44,14 +78,23 @@ def plan_cycle(
     now: datetime | None = None,
     slices: Slices | None = None,
     seed: int = 0,
+    cost_model: CostModel | str = "credits",
+    cost_window_days: float = 30.0,
+    health_window_days: float = 7.0,
 ) -> PlanResult:
     """Write ``<root>/plans/cycle=<id>.parquet`` and return its path and summary.
 
     ``budget`` is the cycle's budget in cost units; ``host_capacity`` visits per host per
     cycle. The allocation spends what is left after the reserved slices, at most one visit
-    per page per cycle; ``now`` defaults to the newest observation in the history.
+    per page per cycle; ``now`` defaults to the newest attempt in the history.
+
+    A visit's cost comes from ``cost_model`` (``models.cost``: "credits", "bandwidth" or
+    "catalog") applied to the page's attempts of the last ``cost_window_days`` (else its
+    host's, else the catalog's hint), times its host's health multiplier over the last
+    ``health_window_days``: a host that throttles or fails costs more.
     """
     slices = slices or Slices()
+    model = _cost_model(cost_model)
     est = load_rate_estimates(root)
     con = connect()
     con.register(
@@ -60,14 +103,21 @@ def plan_cycle(
     )
     con.register("catalog", CatalogStore(root).relation(con))
     con.register("history", HistoryStore(root).relation(con))
-    observed = {"observed": list(OBSERVATION_OUTCOMES)}
-    visits = con.sql(_LAST_VISITS, params=observed).to_arrow_table()
-    con.register("visits", visits)
-    pages = con.sql(_PAGES).to_df()
     if now is None:
-        latest = pages["last_visit"].max()
-        now = latest.to_pydatetime() if pd.notna(latest) else datetime.now().astimezone()
-    since = (pd.Timestamp(now) - pages["last_visit"]).dt.total_seconds().to_numpy() / 86400.0
+        newest = con.execute(_NEWEST).fetchall()[0][0]
+        now = newest if newest is not None else datetime.now(UTC)
+    stamp = pd.Timestamp(now)
+    params = {
+        "observed": list(OBSERVATION_OUTCOMES),
+        "billed": list(BILLED_OUTCOMES),
+        "unhealthy": list(UNHEALTHY_OUTCOMES),
+        "cost_since": (stamp - pd.Timedelta(days=cost_window_days)).to_pydatetime(),
+        "health_since": (stamp - pd.Timedelta(days=health_window_days)).to_pydatetime(),
+    }
+    con.register("attempts", con.sql(_ATTEMPTS, params=params).to_arrow_table())
+    pages = con.sql(_PAGES).to_df()
+    since = (stamp - pages["last_visit"]).dt.total_seconds().to_numpy() / 86400.0
+    costs = page_costs(model, pages)
     host_codes, host_names = pd.factorize(pages["host"])
     n_hosts = len(host_names)
     due_budget = budget * (1 - slices.discovery - slices.reestimation - slices.verification)
@@ -75,7 +125,7 @@ def plan_cycle(
         pages["rate"].to_numpy(),
         due_budget / cycle_days,
         weights=pages["value"].to_numpy(),
-        costs=pages["cost"].to_numpy(),
+        costs=costs,
         hosts=host_codes,
         host_capacity=np.full(n_hosts, host_capacity / cycle_days),
         max_frequency=1.0 / cycle_days,
@@ -84,7 +134,7 @@ def plan_cycle(
         page_ids=pages["url_id"].to_numpy(),
         hosts=host_codes.astype(np.int64),
         value=pages["value"].to_numpy(),
-        cost=pages["cost"].to_numpy(),
+        cost=costs,
         rate=pages["rate"].to_numpy(),
         frequency=allocation.frequencies,
         log_std=pages["log_std"].to_numpy(),
@@ -117,4 +167,32 @@ def plan_cycle(
     tmp.replace(path)
     summary = plan.summary()
     summary["allocated_expected_freshness"] = allocation.expected_freshness
-    return PlanResult(path, summary)
+    return PlanResult(path, summary, model.name)
+
+
+def page_costs(model: CostModel, pages: pd.DataFrame) -> np.ndarray:
+    """Expected cost of each page's next visit: billing model x its host's health."""
+
+    def column(name: str) -> np.ndarray:
+        return pages[name].to_numpy(dtype=np.float64, na_value=np.nan)
+
+    history = PageHistory(
+        attempts=column("attempts"),
+        billed=column("billed"),
+        mean_bytes=column("mean_bytes"),
+        host_attempts=column("host_attempts"),
+        host_billed=column("host_billed"),
+        host_mean_bytes=column("host_mean_bytes"),
+    )
+    base = model.visit_cost(history, column("cost_hint"))
+    return base * health_multiplier(column("host_recent"), column("host_unhealthy"))
+
+
+def _cost_model(model: CostModel | str) -> CostModel:
+    if not isinstance(model, str):
+        return model
+    try:
+        return COST_MODELS[model]
+    except KeyError:
+        known = ", ".join(sorted(COST_MODELS))
+        raise PlanningInputError(f"unknown cost model {model!r}; use one of {known}") from None
