@@ -219,7 +219,7 @@ def proportional_allocation(problem: AllocationProblem) -> FloatArray:
 #: ramp over the last 1e-9 of t keeps every load continuous, at the price of an optimality
 #: error below 1e-9 in the multipliers of pages on it.
 _EDGE = 1e-9
-_TOLERANCE = 1e-12  # relative gap accepted on the budget and on each binding capacity
+_TOLERANCE = 1e-11  # relative gap accepted on the budget and on each binding capacity
 _SAMPLE = 1 << 16  # pages of the random sample that finds a start for the budget multiplier
 
 
@@ -252,7 +252,11 @@ class _HostSolver:
 
     def __init__(self, problem: AllocationProblem, scale: FloatArray) -> None:
         self.p = problem
-        self.scale = scale
+        # a page with nothing to gain (infinite scale) is pinned at its minimum: scale 0
+        # keeps t = m * scale finite (no 0 x inf) and its upper bound is its minimum
+        nothing = np.isinf(scale)
+        self.scale = np.where(nothing, 0.0, scale)
+        self.f_max = np.where(nothing, problem.min_frequency, problem.max_frequency)
         self.inverse = _PhiInverse(problem.objective)
         n_hosts = problem.host_capacity.shape[0]
         self.limited = np.isfinite(problem.host_capacity)
@@ -271,12 +275,10 @@ class _HostSolver:
         """f and df/dm at total multipliers ``m`` (all pages, or a cached subset)."""
         p = self.p
         if pages is None:
-            scale, rates, f_min, f_max = self.scale, p.rates, p.min_frequency, p.max_frequency
+            scale, rates, f_min, f_max = self.scale, p.rates, p.min_frequency, self.f_max
         else:
             scale, rates, f_min, f_max = pages[2:6]
-        with np.errstate(invalid="ignore"):
-            t = np.where(np.isinf(scale), np.inf, m * scale)  # 0 x inf: nothing to gain
-        f, slope = map_chunks(self.inverse.frequency, 2, t, rates, scale, f_min, f_max)
+        f, slope = map_chunks(self.inverse.frequency, 2, m * scale, rates, scale, f_min, f_max)
         return f, slope
 
     def sample(self, size: int) -> _Sample:
@@ -294,7 +296,7 @@ class _HostSolver:
             self.scale[pages],
             p.rates[pages],
             p.min_frequency[pages],
-            p.max_frequency[pages],
+            self.f_max[pages],
             p.costs[pages],
         )
 
@@ -428,7 +430,8 @@ class _HostSolver:
             if np.isfinite(limit):
                 host_of, scale = sub[1], sub[2]
                 hi = np.zeros(n_hosts)
-                np.maximum.at(hi, host_of, np.where(np.isfinite(scale), limit / scale, 0.0))
+                with np.errstate(divide="ignore"):
+                    np.maximum.at(hi, host_of, np.where(scale > 0, limit / scale, 0.0))
                 hi = np.where(hi > 0, hi, np.inf)
             floor = bincount(sub[1], sub[4], n_hosts) - self.p.host_capacity
             self._bounds = (hi, np.where(np.isfinite(hi), floor, np.nan))
@@ -511,7 +514,7 @@ class _PhiInverse:
         """f = clip(rate / r(t)) and df/dm (t = m * scale), 0 where clipped."""
         ramp = t > self.edge
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            below = np.where(ramp, self.edge, t)
+            below = np.minimum(t, self.edge)
             log_r, dlog_r = self.log_radius(below)
             raw = rate * np.exp(-log_r)
             # df/dm = -f (d log r / du) (du / dt) scale
@@ -522,19 +525,18 @@ class _PhiInverse:
                 top = rate / self.edge_r
                 raw = np.where(ramp, top * share, raw)
                 slope = np.where(ramp, np.where(share > 0, -top * scale / width, 0.0), slope)
-        raw = np.where(np.isinf(scale), 0.0, raw)  # nothing to gain: no visits beyond the minimum
-        raw = np.where(t <= 0, np.inf, raw)
-        f = np.minimum(np.maximum(raw, f_min), f_max)
+        f = np.fmin(np.fmax(raw, f_min), f_max)  # NaN (0 x inf: nothing to gain) -> f_min
         inside = (raw > f_min) & (raw < f_max) & np.isfinite(slope)
         return f, np.where(inside, slope, 0.0)
 
 
 def _solve_budget(hosts: _HostSolver, scale: FloatArray, free: _Point) -> tuple[_Point, float]:
-    """The budget multiplier, first without host capacities, then with them.
+    """The budget multiplier, from a start found without host capacities.
 
     Host capacities only lower the spend at any multiplier, so the root without them
-    (cheap: one pass per step, no host multipliers to solve) is an upper bound and a
-    close start for the real one. ``free`` is the point at mu = 0 without capacities.
+    (cheap: no host multipliers to solve; on a random sample of pages for big problems)
+    is an upper bound and a close start for the real one. ``free`` is the point at
+    mu = 0 without capacities.
     """
     p = hosts.p
     useful = np.isfinite(scale) & (scale > 0)
@@ -544,15 +546,16 @@ def _solve_budget(hosts: _HostSolver, scale: FloatArray, free: _Point) -> tuple[
         x = float(np.log((free.spend - p.budget) / -free.slope))
     else:  # mu * cost * scale near 1 is where a typical page stops being worth a visit
         x = float(np.log(np.median(1.0 / (p.costs[useful] * scale[useful]))))
-    if p.size > 4 * _SAMPLE:  # a start from a random sample's root: cheap and close
+    if p.size > 4 * _SAMPLE:  # the root of a random sample, without capacities: cheap
         sample = hosts.sample(_SAMPLE)
         _, mu = _spend_root(sample.evaluate, sample.budget, x, x_floor=-np.inf, tolerance=1e-4)
         x = float(np.log(mu)) if mu > 0 else x
+    elif hosts.limited.any():  # the root without capacities, an upper bound of the real one
+        free_evaluate = partial(hosts.evaluate, with_hosts=False)
+        _, mu = _spend_root(free_evaluate, p.budget, x, x_floor=-np.inf, tolerance=1e-6)
+        x = float(np.log(mu)) if mu > 0 else x
     if not hosts.limited.any():
         return _spend_root(hosts.evaluate, p.budget, x, x_floor=-np.inf)
-    free_evaluate = partial(hosts.evaluate, with_hosts=False)
-    _, mu = _spend_root(free_evaluate, p.budget, x, x_floor=-np.inf, tolerance=1e-6)
-    x = float(np.log(mu)) if mu > 0 else x
     # below x_floor, try mu = 0: host capacities alone may keep the spend within budget
     return _spend_root(hosts.evaluate, p.budget, x, x_floor=x - 40.0)
 
@@ -575,6 +578,7 @@ def _spend_root(
     above: _Point | None = None  # the last point spending too much (at lo)
     below: _Point | None = None  # the last point spending too little (at hi)
     last_gap = np.inf
+    previous: tuple[float, float] | None = None  # (log mu, gap) of the last step
     for _ in range(300):
         mu = float(np.exp(x)) if x > x_floor else 0.0
         point = evaluate(mu)
@@ -589,6 +593,10 @@ def _spend_root(
         if bracketed and hi - lo <= 4e-16 * max(1.0, abs(x)):
             break
         slope = mu * point.slope / budget  # d gap / d log mu
+        if previous is not None and previous[1] != gap and mu > 0:
+            # secant through the last two points: immune to kinks in the exact slope
+            slope = (gap - previous[1]) / (x - previous[0])
+        previous = (x, gap)
         step = -gap / slope if slope < 0 else (4.0 if gap > 0 else -4.0)
         target = x + float(np.clip(step, -8.0, 8.0))
         if bracketed and (not lo < target < hi or abs(gap) > 0.5 * last_gap):
