@@ -12,8 +12,11 @@ buy what a score-driven planner would never choose (the cost-aware scheduling ar
 * verification: a seeded random sample of known pages regardless of score, to check the
   model's assumptions.
 
-A slice's unspent budget goes to the due pages. All selection is vectorized: a stable sort
-by score, per-host ranks for the capacities and a cumulative sum for the budget.
+A slice's unspent budget goes to the due pages; what the due pages leave (few are due in a
+cycle right after many visits) buys pages ahead of their interval, by the same priority
+(reason ``ahead``; ``Slices.spend_leftover``), so the cycle's budget is filled. All selection
+is vectorized: a stable sort by score, per-host ranks for the capacities and a cumulative
+sum for the budget.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from models.freshness import freshness_gain
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
-DUE, DISCOVERY, REESTIMATION, VERIFICATION = 0, 1, 2, 3
-REASONS = ("due", "discovery", "re-estimation", "verification")
+DUE, DISCOVERY, REESTIMATION, VERIFICATION, AHEAD = 0, 1, 2, 3, 4
+REASONS = ("due", "discovery", "re-estimation", "verification", "ahead")
 
 
 class PlanningInputError(ValueError):
@@ -47,6 +50,8 @@ class Slices:
     uncertain_log_std: float = 1.5
     #: re-estimation revisits a page at most this often, in days
     reestimate_after_days: float = 30.0
+    #: spend what the due pages leave on pages ahead of their interval, by priority
+    spend_leftover: bool = True
 
     def __post_init__(self) -> None:
         shares = (self.discovery, self.reestimation, self.verification)
@@ -158,7 +163,10 @@ def select_batch(
     take(REESTIMATION, stale, c.value * since / c.cost, slices.reestimation * budget)
     # due: the interval has passed, within half a cycle (visits happen at any time of day)
     due = known & (c.frequency > 0) & (since >= interval - 0.5 * cycle_days)
-    take(DUE, due, c.value * gain / c.cost, remaining)
+    priority = c.value * gain / c.cost
+    take(DUE, due, priority, remaining)
+    if slices.spend_leftover:
+        take(AHEAD, known & (c.frequency > 0) & (gain > 0), priority, remaining)
 
     index = np.flatnonzero(taken)
     order = np.lexsort((-score[index], reason[index]))

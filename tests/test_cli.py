@@ -73,5 +73,5 @@ def test_plan_writes_a_plan_within_budget(tmp_path):
     assert "expected_cost_per_change" in done.stdout
     plan = pd.read_parquet(root / "plans" / "cycle=6.parquet")
     assert 0 < plan["cost"].sum() <= 300
-    assert set(plan["reason"]) <= {"due", "discovery", "re-estimation", "verification"}
+    assert set(plan["reason"]) <= {"due", "discovery", "re-estimation", "verification", "ahead"}
     assert plan["url_id"].is_unique

@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models.planning import (
+    AHEAD,
     DISCOVERY,
     DUE,
     REESTIMATION,
@@ -108,3 +109,19 @@ def test_summary_counts_expected_changes():
     s = plan.summary()
     assert s["spent"] == pytest.approx(plan.cost.sum())
     assert s["expected_cost_per_change"] == pytest.approx(s["spent"] / s["expected_changes"])
+
+
+def test_budget_left_by_the_due_pages_buys_pages_ahead_of_their_interval():
+    c = candidates(n=2000, seed=3, never=0.0)
+    # everything was visited a few hours ago: nothing is due yet
+    c = Candidates(**{**c.__dict__, "days_since_visit": np.full(c.size, 0.2)})
+    capacity = np.full(20, 1000.0)
+    idle = select_batch(c, 100.0, capacity, slices=Slices(spend_leftover=False))
+    assert not (idle.reason == DUE).any() and idle.cost.sum() < 10.0
+    full = select_batch(c, 100.0, capacity)
+    assert full.cost.sum() <= 100.0 + 1e-9
+    assert full.cost.sum() > 100.0 - c.cost.max()  # filled, short of one page at most
+    ahead = full.reason == AHEAD
+    assert ahead.any() and (c.frequency[full.index[ahead]] > 0).all()
+    # ahead pages are taken by the same priority as due ones: best first
+    assert (np.diff(full.score[ahead]) <= 1e-12).all()
