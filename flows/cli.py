@@ -34,6 +34,13 @@ def main(argv: list[str] | None = None) -> int:
         "--host-capacity", type=float, default=500.0, help="visits per host per cycle"
     )
     plan.add_argument("--seed", type=int, default=0)
+    plan.add_argument(
+        "--cost-model",
+        choices=["credits", "bandwidth", "catalog"],
+        default="credits",
+        help="how a visit is priced: scraping-API credits per delivered response, proxy "
+        "bandwidth (bytes incl. headers, failures too), or the catalog's cost hints",
+    )
 
     cat = sub.add_parser("catalog", help="add pages to the catalog from a CSV or Parquet file")
     cat.add_argument("action", choices=["import"])
@@ -43,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     hist = sub.add_parser("history", help="inspect or maintain the fetch history")
     hist.add_argument("action", choices=["cycles", "rebuild-stats"])
     hist.add_argument("--root", type=Path, default=Path("data"))
+
+    from sandbox.cli import add_serve_arguments
+
+    sandbox = sub.add_parser("sandbox", help="serve the sandbox web on loopback (Ctrl-C stops)")
+    add_serve_arguments(sandbox)
 
     args = parser.parse_args(argv)
     keep_freed_memory()
@@ -84,9 +96,14 @@ def _plan(args: argparse.Namespace) -> int:
     from tasks.planning import plan_cycle
 
     result = plan_cycle(
-        args.root, args.cycle, args.budget, host_capacity=args.host_capacity, seed=args.seed
+        args.root,
+        args.cycle,
+        args.budget,
+        host_capacity=args.host_capacity,
+        seed=args.seed,
+        cost_model=args.cost_model,
     )
-    print(f"plan written to {result.path}")
+    print(f"plan written to {result.path} (cost model: {result.cost_model})")
     for key, value in result.summary.items():
         print(f"  {key:<28} {value:,.3f}")
     return 0
@@ -119,12 +136,32 @@ def _history(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sandbox(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from sandbox.cli import raise_open_file_limit, serve_foreground, web_from_args
+
+    web = web_from_args(args)
+    raise_open_file_limit(args.hosts + 4_096)
+    serving = serve_foreground(
+        web,
+        args.port,
+        manifest_path=args.manifest,
+        log_max_entries=args.log_max_entries,
+        show_hosts=5,
+        warmup=not args.no_warmup,
+    )
+    asyncio.run(serving)
+    return 0
+
+
 _COMMANDS = {
     "demo": _demo,
     "estimate": _estimate,
     "plan": _plan,
     "catalog": _catalog,
     "history": _history,
+    "sandbox": _sandbox,
 }
 
 if __name__ == "__main__":

@@ -1,0 +1,242 @@
+"""What sandbox pages say: real fields per (page, version), volatile noise, and rendering.
+
+A page's *real* fields (title, price, availability, body text) are a pure function of its key
+and version, so ground truth is one function call and two requests of the same version agree
+field for field. Every response also carries *noise* that is not a change: the server's time,
+a rotating ad slot, a session token and CSRF value, an "N people viewing" counter. Noise goes
+in its own elements, never inside a real field, so an extractor that reads the real fields
+sees a change exactly when the version changed (and a hash of the raw HTML sees one on every
+request, which is the point).
+
+The HTML carries the real fields twice, as microdata-style elements and as JSON-LD, the two
+ways real product pages expose them. Rendering of the real part is cached per (page, version).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+from html import escape
+from xml.sax.saxutils import escape as xml_escape
+
+
+def _vocabulary(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+_ADJECTIVES = _vocabulary(
+    "amber azure brisk calm crimson dapper eager fabled gentle hardy ivory jolly keen lucid "
+    "mellow nimble olive plush quiet rustic silver tidy urban vivid woven young zesty"
+)
+_NOUNS = _vocabulary(
+    "kettle lantern backpack blender compass drill easel fountain guitar hammock jacket "
+    "keyboard ladder mixer notebook oven pillow quilt router saddle teapot umbrella vase "
+    "wallet yoyo"
+)
+_WORDS = _vocabulary(
+    "the a of and to in with for on by from this that these our your every new old fine "
+    "strong light heavy quick slow bright soft warm cool steel wood cotton glass paper stone "
+    "design finish colour size weight model series edition batch order stock delivery return "
+    "warranty service review rating customer store shipping price offer season range kit part "
+    "build test quality value daily weekly comfort travel garden kitchen office outdoor home "
+    "classic modern compact portable durable simple smart handy reliable elegant practical"
+)
+AVAILABILITY = ("InStock", "OutOfStock", "PreOrder", "LimitedAvailability")
+_AVAILABILITY_WEIGHTS = (0.7, 0.15, 0.05, 0.1)
+
+
+@dataclass(frozen=True, slots=True)
+class PageRecord:
+    """The real fields of one page at one version (what a recrawl is meant to keep fresh)."""
+
+    title: str
+    price: float
+    availability: str
+    body: str  # paragraphs separated by a blank line
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "title": self.title,
+            "price": self.price,
+            "availability": self.availability,
+            "body": self.body,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Noise:
+    """Per-response values that change on every request and are not real changes."""
+
+    served_at: str
+    session: str
+    csrf: str
+    ad_slot: int
+    viewers: int
+
+
+@lru_cache(maxsize=32_768)
+def page_record(key: int, version: int) -> PageRecord:
+    """The real fields of page ``key`` at ``version``: a pure function of both."""
+    base = random.Random(key ^ 0x7171)
+    name = f"{base.choice(_ADJECTIVES).title()} {base.choice(_NOUNS).title()}"
+    model = f"{base.choice('ABCDEFGHKLMNPRSTVXZ')}{base.randint(100, 999)}"
+    list_price = round(base.lognormvariate(3.5, 1.0), 2)
+    rng = random.Random((key << 24) ^ version ^ 0x3C3C)
+    edition = f" ({rng.choice(_ADJECTIVES)} edition)" if rng.random() < 0.3 else ""
+    price = round(max(0.5, list_price * rng.uniform(0.7, 1.3)), 2)
+    availability = rng.choices(AVAILABILITY, weights=_AVAILABILITY_WEIGHTS)[0]
+    paragraphs = [
+        " ".join(rng.choices(_WORDS, k=rng.randint(25, 45))).capitalize() + "."
+        for _ in range(rng.randint(2, 4))
+    ]
+    return PageRecord(f"{name} {model}{edition}", price, availability, "\n\n".join(paragraphs))
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    href: str
+    text: str
+
+
+@lru_cache(maxsize=32_768)
+def article_html(key: int, version: int, page: int, links: tuple[Link, ...]) -> tuple[str, str]:
+    """The cached real part of a page: (title for <head>, article + links + JSON-LD)."""
+    rec = page_record(key, version)
+    title = escape(rec.title)
+    paragraphs = "".join(f"<p>{escape(p)}</p>\n" for p in rec.body.split("\n\n"))
+    nav = "".join(f'<li><a href="{escape(x.href)}">{escape(x.text)}</a></li>\n' for x in links)
+    ld = json.dumps(
+        {
+            "@context": "https://schema.org",
+            "@type": "Product",
+            "sku": str(page),
+            "name": rec.title,
+            "description": rec.body,
+            "offers": {
+                "@type": "Offer",
+                "price": f"{rec.price:.2f}",
+                "priceCurrency": "EUR",
+                "availability": f"https://schema.org/{rec.availability}",
+            },
+        }
+    ).replace("</", "<\\/")
+    article = (
+        f'<article class="product" itemscope itemtype="https://schema.org/Product" '
+        f'data-page="{page}">\n'
+        f'<h1 class="title" itemprop="name">{title}</h1>\n'
+        f'<p class="price" itemprop="price" content="{rec.price:.2f}">{rec.price:.2f} EUR</p>\n'
+        f'<p class="availability" itemprop="availability">{rec.availability}</p>\n'
+        f'<div class="description" itemprop="description">\n{paragraphs}</div>\n'
+        f"</article>\n"
+        f'<nav class="related"><ul>\n{nav}</ul></nav>\n'
+        f'<script type="application/ld+json">{ld}</script>\n'
+    )
+    return title, article
+
+
+def render_page(
+    key: int, version: int, page: int, links: tuple[Link, ...], noise: Noise, padding: str = ""
+) -> bytes:
+    """The HTML of a page at ``version`` with this response's noise (and optional bulk)."""
+    title, article = article_html(key, version, page, links)
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{title}</title>\n"
+        f'<meta name="csrf-token" content="{noise.csrf}">\n</head>\n<body>\n'
+        f'<header class="site">Sandbox shop · served {noise.served_at} · '
+        f'session <span class="session">{noise.session}</span></header>\n<main>\n'
+        f"{article}"
+        f'<aside class="ad" data-slot="{noise.ad_slot}">Sponsored: offer #{noise.ad_slot}'
+        f"</aside>\n"
+        f'<p class="viewers">{noise.viewers} people viewing this item</p>\n'
+        f"{padding}</main>\n</body></html>\n"
+    ).encode()
+
+
+def render_item_json(key: int, version: int, page: int, noise: Noise) -> bytes:
+    """The JSON endpoint: the same real fields, plus a ``meta`` object of noise."""
+    doc = page_record(key, version).as_dict()
+    doc["id"] = page
+    doc["currency"] = "EUR"
+    doc["meta"] = {
+        "served_at": noise.served_at,
+        "request_id": noise.session,
+        "viewers": noise.viewers,
+    }
+    return json.dumps(doc).encode()
+
+
+@lru_cache(maxsize=1_024)
+def huge_padding(key: int, size: int) -> str:
+    """Deterministic bulk (a long specification table) that makes a page about ``size`` bytes."""
+    rng = random.Random(key ^ 0xB16)
+    rows: list[str] = ['<table class="specs">\n']
+    total = 0
+    n = 0
+    while total < size:
+        row = (
+            f"<tr><td>spec {n}</td><td>{rng.choice(_WORDS)} {rng.choice(_WORDS)} "
+            f"{rng.randint(1, 10_000)}</td></tr>\n"
+        )
+        rows.append(row)
+        total += len(row)
+        n += 1
+    rows.append("</table>\n")
+    return "".join(rows)
+
+
+def render_challenge(noise: Noise) -> bytes:
+    """A bot-challenge page (answered with 200 by hosts that challenge instead of 429)."""
+    return (
+        "<!doctype html>\n<html><head><title>Just a moment...</title></head><body>\n"
+        '<div id="challenge" class="bot-challenge">Checking your browser before accessing '
+        f"this site. Please enable JavaScript and cookies.</div>\n<p>Ray ID: {noise.session}"
+        "</p>\n</body></html>\n"
+    ).encode()
+
+
+def render_home(base: str, first_pages: list[int]) -> bytes:
+    """A host's home page: links to its first pages and its sitemap."""
+    items = "".join(f'<li><a href="/p/{j}">Item {j}</a></li>\n' for j in first_pages)
+    return (
+        "<!doctype html>\n<html><head><title>Sandbox shop</title></head><body>\n"
+        f"<h1>Sandbox shop at {escape(base)}</h1>\n<ul>\n{items}</ul>\n"
+        '<p><a href="/sitemap.xml">Sitemap</a></p>\n</body></html>\n'
+    ).encode()
+
+
+def render_robots(base: str, crawl_delay_s: float | None) -> bytes:
+    """The default robots.txt: everything but /private/ allowed, with the sitemap."""
+    lines = ["User-agent: *", "Disallow: /private/"]
+    if crawl_delay_s is not None:
+        lines.append(f"Crawl-delay: {crawl_delay_s:g}")
+    lines += ["", f"Sitemap: {base}/sitemap.xml", ""]
+    return "\n".join(lines).encode()
+
+
+def render_sitemap_index(entries: list[tuple[str, str | None]]) -> bytes:
+    """A sitemap index listing ``(loc, lastmod)`` child sitemaps."""
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
+    ]
+    for loc, lastmod in entries:
+        mod = f"<lastmod>{lastmod}</lastmod>" if lastmod else ""
+        parts.append(f"<sitemap><loc>{xml_escape(loc)}</loc>{mod}</sitemap>\n")
+    parts.append("</sitemapindex>\n")
+    return "".join(parts).encode()
+
+
+def render_urlset(entries: list[tuple[str, str | None]]) -> bytes:
+    """A sitemap of ``(loc, lastmod)`` URLs (uncompressed; the server gzips the file)."""
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
+    ]
+    for loc, lastmod in entries:
+        mod = f"<lastmod>{lastmod}</lastmod>" if lastmod else ""
+        parts.append(f"<url><loc>{xml_escape(loc)}</loc>{mod}</url>\n")
+    parts.append("</urlset>\n")
+    return "".join(parts).encode()

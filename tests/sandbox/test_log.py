@@ -1,0 +1,85 @@
+"""The request log sees politeness from the server's side: in-flight counts, headers, times."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import httpx
+
+from sandbox import HostBehaviour, SandboxWeb, serve_sandbox
+
+
+async def _get_all(urls: list[str]) -> list[int]:
+    async with httpx.AsyncClient() as client:  # one connection per concurrent request
+        return [r.status_code for r in await asyncio.gather(*(client.get(u) for u in urls))]
+
+
+def test_in_flight_counts_concurrent_requests_per_host(clock):
+    web = SandboxWeb.generate(
+        hosts=5, pages_per_host=8, default=HostBehaviour(latency_s=0.3), clock=clock
+    )
+    with serve_sandbox(web) as running:
+        assert asyncio.run(_get_all(running.page_urls(0)[:4])) == [200] * 4
+        one_host = running.log.entries()
+        assert sorted(e.in_flight for e in one_host) == [1, 2, 3, 4]
+        assert {e.host for e in one_host} == {running.host(0)}
+        running.log.clear()
+        assert asyncio.run(_get_all([running.page_urls(i)[0] for i in range(1, 5)])) == [200] * 4
+        four_hosts = running.log.entries()
+        assert [e.in_flight for e in four_hosts] == [1, 1, 1, 1]
+        assert {e.host for e in four_hosts} == {running.host(i) for i in range(1, 5)}
+        for e in four_hosts:  # they overlapped in time, and each took its latency
+            assert e.done - e.at >= 0.3
+            assert max(x.at for x in four_hosts) < e.done
+
+
+def test_records_carry_the_request_as_sent(clock):
+    web = SandboxWeb.generate(hosts=1, pages_per_host=3, clock=clock)
+    with serve_sandbox(web) as running, httpx.Client() as client:
+        client.get(running.base_url(0) + "/p/1?ref=x", headers={"User-Agent": "testbot/1.0"})
+        client.head(running.base_url(0) + "/robots.txt")
+        first, second = running.log.entries()
+        assert (first.method, first.path, first.status, first.via) == (
+            "GET",
+            "/p/1?ref=x",
+            200,
+            "direct",
+        )
+        assert first.headers["user-agent"] == "testbot/1.0"
+        assert (second.method, second.path) == ("HEAD", "/robots.txt")
+        assert first.at <= first.done <= second.at
+
+
+def test_pipelined_requests_are_answered_in_order_on_one_connection(clock):
+    web = SandboxWeb.generate(
+        hosts=1, pages_per_host=3, default=HostBehaviour(latency_s=0.05), clock=clock
+    )
+    with serve_sandbox(web) as running:
+        with socket.create_connection(running.host(0).split(":")) as sock:
+            request = "GET /p/{} HTTP/1.1\r\nHost: x\r\nAccept-Encoding: identity\r\n\r\n"
+            sock.sendall((request.format(0) + request.format(1) + request.format(2)).encode())
+            sock.settimeout(5)
+            data = b""
+            while data.count(b"</html>") < 3:
+                data += sock.recv(65536)
+        assert data.count(b"HTTP/1.1 200 OK") == 3
+        assert (
+            data.index(b'data-page="0"')
+            < data.index(b'data-page="1"')
+            < data.index(b'data-page="2"')
+        )
+        assert [e.path for e in running.log.entries()] == ["/p/0", "/p/1", "/p/2"]
+        assert [e.in_flight for e in running.log.entries()] == [1, 1, 1]
+
+
+def test_malformed_requests_get_400_and_the_connection_closes(clock):
+    web = SandboxWeb.generate(hosts=1, pages_per_host=3, clock=clock)
+    with serve_sandbox(web) as running:
+        with socket.create_connection(running.host(0).split(":")) as sock:
+            sock.sendall(b"NONSENSE\r\n\r\n")
+            sock.settimeout(5)
+            reply = sock.recv(65536)
+            assert reply.startswith(b"HTTP/1.1 400 ")
+            assert sock.recv(65536) == b""  # closed
+        assert running.log.entries() == []  # never reached the host
