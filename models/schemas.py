@@ -21,6 +21,12 @@ OUTCOMES: tuple[str, ...] = (
     "redirect",  # redirect not followed (limit, off-host)
     "robots_denied",
     "shed",  # dropped by load shedding before any request was sent
+    # Guard rails and plan limits of the fetch engine (``reason`` says which limit and value):
+    "too_large",  # body above the size limit (declared or counted while streaming)
+    "bad_content_type",  # a content type the fetcher does not accept
+    "decompression_bomb",  # decoded body far larger than the bytes on the wire
+    "redirect_loop",  # a redirect chain that comes back to a URL it already visited
+    "api_exhausted",  # the scraping API answered 509: the plan's credits are spent
 )
 OBSERVATION_OUTCOMES: tuple[str, ...] = ("ok", "not_modified")
 
@@ -37,6 +43,8 @@ CATALOG_SCHEMA = pa.schema(
         pa.field("group", pa.string(), nullable=False),  # smoothing group (host or page type)
         pa.field("source", pa.string(), nullable=False),  # seed, sitemap, link, ...
         pa.field("discovered_at", UTC_TIMESTAMP, nullable=False),
+        pa.field("lastmod", UTC_TIMESTAMP),  # sitemap <lastmod> (a change signal), if any
+        pa.field("changefreq", pa.string()),  # sitemap <changefreq> (a prior), if any
     ]
 )
 
@@ -62,6 +70,9 @@ HISTORY_SCHEMA = pa.schema(
         pa.field("latency_s", pa.float64()),
         pa.field("cost", pa.float64()),  # what the attempt cost, budget units
         pa.field("retries", pa.int16()),
+        pa.field("reason", pa.string()),  # detail of the outcome (which limit, which rule)
+        pa.field("warc_file", pa.string()),  # raw exchange: WARC file relative to the root
+        pa.field("warc_offset", pa.int64()),  # byte offset of its response/revisit record
     ]
 )
 

@@ -1,0 +1,595 @@
+"""The fetch engine: one call fetches a batch of URLs politely and returns one row per URL.
+
+``fetch_batch`` opens one ``httpx.AsyncClient``, puts the URLs into per-host lanes of a
+``models.batch_frontier.BatchFrontier`` (bounded: admission control, pacing, adaptive
+limits, shedding), and runs ``concurrency`` workers that pull the next ready item straight
+from it (no hand-off queue: a worker that is free takes work at once, and an idle one parks
+in ``tasks.idle_workers``). Each worker fetches robots.txt or a page (``tasks.robots``,
+``tasks.http_attempt``) and reports back; the frontier routes
+the signal to the host that sent it (429, challenge, timeout, latency) or to the plan gate
+(a scraping API's own 429), retries go back through admission with backoff and a per-batch
+budget, and a 509 from the API stops the batch with every unsent URL recorded.
+
+What lives across batches (per-host pacing and limits, validator trust, robots.txt cache,
+the API's learned limit) is in ``EngineState``: pass the same one to consecutive batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
+import httpx
+
+from models.batch_frontier import BatchFrontier, Shed, WorkItem
+from models.host_state import HostState, Signal
+from models.robots_policy import RobotsVerdict
+from models.urls import InvalidURLError, normalize, url_id
+from models.validators import conditional_headers, judge_validators
+from tasks.fetch_metrics import BatchMetrics, HostPressure
+from tasks.fetch_rows import (
+    AttemptCost,
+    CostHook,
+    RecordHasher,
+    Row,
+    default_cost,
+    record_hash,
+    rows_table,
+)
+from tasks.fetch_settings import FetchSettings
+from tasks.fetch_types import BatchResult, EngineState, FetchRequest
+from tasks.http_attempt import Attempt, BodyLimits, PageLimits, Route, fetch_page
+from tasks.http_client import make_client
+from tasks.idle_workers import IdleWorkers
+from tasks.robots import fetch_robots, interpret_robots
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BatchResult", "EngineState", "FetchRequest", "fetch_batch", "fetch_batch_sync"]
+
+#: Seconds between scans of all lanes for shedding (with a window) and for the oldest-item
+#: metric (a scan touches every waiting URL).
+_SHED_INTERVAL_S = 0.2
+_AGE_INTERVAL_S = 1.0
+
+
+async def fetch_batch(
+    requests: Iterable[FetchRequest | str],
+    *,
+    cycle_id: int = 0,
+    settings: FetchSettings | None = None,
+    state: EngineState | None = None,
+    window_s: float | None = None,
+    clock: Callable[[], datetime] | None = None,
+    record_hasher: RecordHasher = record_hash,
+    cost_hook: CostHook = default_cost,
+) -> BatchResult:
+    """Fetch a batch of URLs and return one history row per distinct URL plus metrics.
+
+    ``window_s`` is the batch's time window: what cannot be fetched within it is shed
+    (lowest priority first) and recorded as ``shed``. ``clock`` gives ``fetched_at`` and
+    robots.txt expiry (default: UTC wall clock; the sandbox passes its simulated clock).
+    """
+    settings = settings or FetchSettings()
+    if state is None:
+        state = EngineState(settings)
+    elif state.settings is not settings:
+        state.settings = settings
+    if window_s is not None and window_s <= 0:
+        raise ValueError(f"window_s must be > 0 seconds, got {window_s}")
+    batch = _Batch(settings, state, clock or _utc_now, record_hasher, cost_hook)
+    async with make_client(settings) as client:
+        return await batch.run(client, requests, cycle_id, window_s)
+
+
+def fetch_batch_sync(requests: Iterable[FetchRequest | str], **kwargs: object) -> BatchResult:
+    """``fetch_batch`` for synchronous callers (the CLI, notebooks without a loop)."""
+    return asyncio.run(fetch_batch(requests, **kwargs))  # type: ignore[arg-type]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Batch:
+    """The state of one ``fetch_batch`` call (one event loop, no locks needed)."""
+
+    def __init__(
+        self,
+        settings: FetchSettings,
+        state: EngineState,
+        clock: Callable[[], datetime],
+        hasher: RecordHasher,
+        cost_hook: CostHook,
+    ) -> None:
+        self.settings = settings
+        self.state = state
+        self.clock = clock
+        self.hasher = hasher
+        self.cost_hook = cost_hook
+        self.rng = random.Random(settings.seed)
+        self.route = Route(settings.mode, settings.api_url)
+        self.page_limits = PageLimits(
+            BodyLimits(
+                settings.max_body_bytes,
+                settings.max_decompression_ratio,
+                tuple(t.lower() for t in settings.accepted_content_types),
+                settings.accept_missing_content_type,
+            ),
+            settings.request_timeout_s,
+            settings.max_redirects,
+        )
+        self.retry_policy = settings.retry_policy
+        self.validator_policy = settings.validator_policy
+        self.requests: list[FetchRequest] = []
+        self.rows: list[Row | None] = []
+        self.started_at: dict[int, datetime] = {}
+        self.spent_bytes: dict[int, int] = {}
+        self.spent_cost: dict[int, float] = {}
+        self.last_attempt: dict[int, Attempt] = {}
+        self.attempts = 0
+        self.robots_fetches = 0
+        self.retries_left = 0
+        self.retry_budget = 0
+        self.retries_refused = 0
+        self.plan_throttles = 0
+        self.max_oldest_age = 0.0
+        self.next_shed = self.next_age = 0.0
+        self.stopped = False
+        self.host_base: dict[str, tuple[int, int]] = {}  # requests, throttles before the batch
+
+    # ------------------------------------------------------------------ setup
+
+    async def run(
+        self,
+        client: httpx.AsyncClient,
+        requests: Iterable[FetchRequest | str],
+        cycle_id: int,
+        window_s: float | None,
+    ) -> BatchResult:
+        loop = asyncio.get_running_loop()
+        self.loop = loop
+        self.client = client
+        begin = loop.time()
+        settings = self.settings
+        self.frontier = BatchFrontier(
+            pacing=settings.pacing_policy,
+            backoff=settings.throttle_policy,
+            slow_factor=settings.slow_latency_factor,
+            new_host_state=self.state.host,
+            max_host_queue=settings.max_host_queue,
+            max_urls=settings.max_batch_urls,
+            plan_gate=self.state.plan_gate,
+            deadline=None if window_s is None else begin + window_s,
+            rng=self.rng,
+        )
+        items = self._admit_requests(requests, begin)
+        self.retry_budget = self.retries_left = settings.retry_budget(len(self.requests))
+        for item in self.frontier.admit_many(items, begin):
+            self._record_unsent(item, "admission rejected: host lane or batch full")
+        self.idle = IdleWorkers(loop)
+        workers = [asyncio.create_task(self._work()) for _ in range(settings.concurrency)]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        elapsed = loop.time() - begin
+        rows = [row if row is not None else self._lost(i) for i, row in enumerate(self.rows)]
+        metrics = self._metrics(rows, elapsed)
+        log.info("fetch batch: %s", metrics.summary())
+        return BatchResult(rows_table(rows, cycle_id), metrics)
+
+    def _admit_requests(self, requests: Iterable[FetchRequest | str], now: float) -> list[WorkItem]:
+        """Normalize, de-duplicate and check the URLs; queue robots.txt fetches as needed."""
+        items: list[WorkItem] = []
+        by_url: dict[str, WorkItem] = {}
+        wall = self.clock()
+        for raw in requests:
+            request = FetchRequest(raw) if isinstance(raw, str) else raw
+            try:
+                url = normalize(request.url)
+            except InvalidURLError as exc:
+                self._bad_url(request, f"bad URL: {exc}", wall)
+                continue
+            host = urlsplit(url).netloc
+            if not self.settings.allow_loopback and _is_loopback(host):
+                self._bad_url(request, "loopback target refused (allow_loopback is off)", wall)
+                continue
+            seen = by_url.get(url)
+            if seen is not None:  # same page twice: fetch once, at the higher priority
+                seen.priority = max(seen.priority, request.priority)
+                continue
+            index = len(self.requests)
+            self.requests.append(request)
+            self.rows.append(None)
+            item = WorkItem(index, url, host, request.priority)
+            by_url[url] = item
+            items.append(item)
+            if host not in self.host_base:
+                known = self.state.host(host)
+                self.host_base[host] = (known.requests, known.throttles)
+            if self.state.robots.get(url, wall) is None:
+                self.frontier.require_robots(host, url, now)
+        return items
+
+    # ------------------------------------------------------------------ workers
+
+    async def _work(self) -> None:
+        """Pull the next ready item from the frontier, fetch it, repeat; park when idle."""
+        frontier = self.frontier
+        idle = self.idle
+        while not idle.closed:
+            now = self.loop.time()
+            self._scan(now)
+            item = frontier.next_dispatch(now)
+            self._record_shed(frontier.take_shed())
+            if item is None:
+                if frontier.idle:
+                    idle.close()  # nothing waits and nothing is in flight: the batch is done
+                    return
+                await idle.wait(frontier.next_wakeup(now))
+                continue
+            if idle.parked and frontier.has_ready():
+                idle.wake_one()  # more is ready than this worker can take
+            if item.kind == "page" and not self._allowed_now(item, now):
+                continue
+            try:
+                if item.kind == "robots":
+                    await self._fetch_robots(item)
+                else:
+                    await self._fetch_page(item)
+            except Exception as exc:  # a bug must not hang the batch or lose the row
+                log.exception("fetch engine failed on %s", item.url)
+                if item.in_flight:
+                    frontier.complete(item, self.loop.time(), 0.0, Signal.NOT_SENT)
+                if item.kind == "page":
+                    self._finish_unsent(item, "error", f"engine error: {exc!r}")
+            if self.stopped and frontier.waiting:
+                self._drain_stopped()
+            idle.wake_one()  # a slot (or a retry) may have become ready for someone else
+
+    def _scan(self, now: float) -> None:
+        """Now and then: shed what cannot finish in the window, sample the oldest item."""
+        frontier = self.frontier
+        deadline = frontier.deadline
+        if deadline is not None and (now >= self.next_shed or now >= deadline):
+            self.next_shed = now + _SHED_INTERVAL_S
+            frontier.shed_for_window(now)
+        if now >= self.next_age and frontier.waiting:
+            self.next_age = now + _AGE_INTERVAL_S
+            self.max_oldest_age = max(self.max_oldest_age, frontier.oldest_waiting_age(now))
+
+    def _allowed_now(self, item: WorkItem, now: float) -> bool:
+        """Check robots.txt at dispatch; a denied or not-yet-known page gives its slot back."""
+        rules = self.state.robots.get(item.url, self.clock())
+        if rules is not None:
+            denial = rules.denial(item.url, self.settings.robots_token)
+            if denial is None:
+                return True
+            self.frontier.complete(item, now, 0.0, Signal.NOT_SENT)
+            self._finish_unsent(item, "robots_denied", denial)
+            return False
+        # The rules expired during the batch: fetch them again before this page.
+        self.frontier.complete(item, now, 0.0, Signal.NOT_SENT)
+        self.frontier.require_robots(item.host, item.url, now)
+        if not self.frontier.admit(item, now):
+            self._record_unsent(item, "admission rejected: host lane or batch full")
+        return False
+
+    async def _fetch_robots(self, item: WorkItem) -> None:
+        settings = self.settings
+        fetched = await fetch_robots(
+            self.client,
+            self.route,
+            item.url,
+            max_bytes=settings.robots_max_bytes,
+            max_redirects=settings.robots_max_redirects,
+            timeout_s=settings.robots_timeout_s,
+        )
+        now = self.loop.time()
+        self.robots_fetches += 1
+        frontier = self.frontier
+        if fetched.plan_limit == "credits":
+            frontier.complete(item, now, fetched.duration_s, Signal.NOT_SENT)
+            self._stop_plan()
+            return
+        if fetched.plan_limit:
+            self.plan_throttles += 1
+            frontier.complete(item, now, fetched.duration_s, Signal.NOT_SENT, plan_throttled=True)
+            return
+        rules = interpret_robots(
+            fetched,
+            now=self.clock(),
+            policy=settings.robots_cache_policy,
+            token=settings.robots_token,
+            max_bytes=settings.robots_max_bytes,
+            crawl_delay_cap_s=settings.crawl_delay_cap_s if settings.honour_crawl_delay else None,
+        )
+        self.state.robots.put(item.url, rules)
+        lane = frontier.lanes[item.host]
+        lane.state.crawl_delay_s = rules.crawl_delay_s
+        if fetched.status in (429, 503):
+            signal = Signal.THROTTLED
+        elif fetched.status is None and fetched.detail.startswith("timeout"):
+            signal = Signal.TIMEOUT
+        elif fetched.status is None or fetched.status >= 500:
+            signal = Signal.ERROR
+        else:
+            signal = Signal.SUCCESS
+        frontier.complete(item, now, fetched.duration_s, signal)
+        if rules.verdict is RobotsVerdict.DISALLOW_ALL:
+            denial = rules.denial(item.url, settings.robots_token)
+            for page in frontier.drain_host(item.host):
+                self._finish_unsent(page, "robots_denied", denial)
+
+    async def _fetch_page(self, item: WorkItem) -> None:
+        request = self.requests[item.index]
+        lane_state = self.frontier.lanes[item.host].state
+        conditional, probe = conditional_headers(
+            request.etag,
+            request.last_modified,
+            request.record_hash,
+            lane_state.trust,
+            self.validator_policy,
+            self.rng,
+            enabled=self.settings.conditional_requests,
+        )
+        self.started_at[item.index] = self.clock()
+        attempt = await fetch_page(
+            self.client,
+            self.route,
+            item.url,
+            conditional,
+            self.page_limits,
+            self._robots_denial,
+            # The host's last request in this batch: let the server close the connection
+            # rather than leave it idle in the pool, where it only costs (httpx's own pool
+            # rescans idle connections on every request).
+            close=item.last_for_host and lane_state.in_flight == 1,
+        )
+        now = self.loop.time()
+        self.attempts += 1
+        self._spend(item.index, attempt)
+        frontier = self.frontier
+        if attempt.outcome == "api_exhausted":
+            frontier.complete(item, now, attempt.duration_s, Signal.NOT_SENT)
+            self._stop_plan()
+            self._finish(item, attempt)
+            return
+        if attempt.plan_limit:
+            self.plan_throttles += 1
+            frontier.complete(item, now, attempt.duration_s, Signal.NOT_SENT, plan_throttled=True)
+            if self.stopped or not self._retry(item, attempt, now, count_attempt=False):
+                self._finish(item, attempt)
+            return
+        frontier.complete(
+            item, now, attempt.duration_s, _signal(attempt), retry_after_s=attempt.retry_after_s
+        )
+        record = None
+        if attempt.outcome == "ok" and attempt.body is not None:
+            record = self.hasher(attempt.body, attempt.content_type)
+            if request.etag is not None or request.last_modified is not None:
+                self._judge_validators(request, lane_state, attempt, record, conditional, probe)
+        elif attempt.outcome == "not_modified":
+            lane_state.trust = lane_state.trust.record_not_modified()
+        if attempt.retryable and self._retry(item, attempt, now, count_attempt=True):
+            return
+        self._finish(item, attempt, record_hash=record)
+
+    def _judge_validators(
+        self,
+        request: FetchRequest,
+        host: HostState,
+        attempt: Attempt,
+        record: str,
+        conditional: dict[str, str],
+        probe: bool,
+    ) -> None:
+        evidence = judge_validators(
+            sent_conditional=bool(conditional),
+            old_etag=request.etag,
+            old_last_modified=request.last_modified,
+            old_record_hash=request.record_hash,
+            new_etag=attempt.etag,
+            new_last_modified=attempt.last_modified,
+            new_record_hash=record,
+        )
+        was_trusted = host.trust.trusted
+        host.trust = host.trust.record(evidence, self.validator_policy, probe=probe)
+        if was_trusted and not host.trust.trusted:
+            log.warning(
+                "no longer trusting validators of %s: %s",
+                urlsplit(attempt.final_url or request.url).netloc,
+                host.trust.distrusted,
+            )
+
+    def _retry(self, item: WorkItem, attempt: Attempt, now: float, *, count_attempt: bool) -> bool:
+        """Queue another attempt through admission control, if allowed; True if queued."""
+        attempts = item.attempts + 1
+        if count_attempt and attempts >= self.retry_policy.max_attempts:
+            self.retries_refused += 1
+            return False
+        if self.retries_left <= 0 or self.stopped:
+            self.retries_refused += 1
+            return False
+        delay = self.retry_policy.delay(attempts, self.rng)
+        if attempt.retry_after_s is not None:
+            delay = max(delay, min(attempt.retry_after_s, self.settings.retry_after_cap_s))
+        deadline = self.frontier.deadline
+        if deadline is not None and now + delay >= deadline:
+            self.retries_refused += 1
+            return False
+        self.last_attempt[item.index] = attempt
+        if count_attempt:
+            item.attempts = attempts
+        item.not_before = now + delay
+        if not self.frontier.admit(item, now):
+            self.retries_refused += 1
+            return False
+        self.retries_left -= 1
+        return True
+
+    def _stop_plan(self) -> None:
+        """509 from the scraping API: send nothing more, record every unsent URL."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.frontier.stop_plan()
+        log.warning("scraping API credits exhausted (509): stopping the batch")
+        self._drain_stopped()
+
+    def _drain_stopped(self) -> None:
+        reason = "not sent: scraping API credits exhausted (509)"
+        self._record_shed([Shed(item, reason) for item in self.frontier.drain_all()])
+
+    # ------------------------------------------------------------------ rows
+
+    def _robots_denial(self, url: str) -> str | None:
+        rules = self.state.robots.get(url, self.clock())
+        if rules is None:
+            return None
+        return rules.denial(url, self.settings.robots_token)
+
+    def _spend(self, index: int, attempt: Attempt) -> None:
+        self.spent_bytes[index] = self.spent_bytes.get(index, 0) + attempt.wire_bytes
+        cost = self.cost_hook(
+            AttemptCost(self.settings.mode, attempt.outcome, attempt.status, attempt.wire_bytes)
+        )
+        self.spent_cost[index] = self.spent_cost.get(index, 0.0) + cost
+
+    def _finish(
+        self,
+        item: WorkItem,
+        attempt: Attempt,
+        note: str | None = None,
+        *,
+        record_hash: str | None = None,
+    ) -> None:
+        """Write the URL's row from its final attempt (``record_hash`` of an ``ok`` body)."""
+        request = self.requests[item.index]
+        row = Row(
+            url_id(item.url),
+            item.host,
+            self.started_at.get(item.index) or self.clock(),
+            attempt.outcome,
+            status=attempt.status,
+            etag=attempt.etag,
+            last_modified=attempt.last_modified,
+            bytes=self.spent_bytes.get(item.index, 0),
+            latency_s=attempt.duration_s,
+            cost=self.spent_cost.get(item.index, 0.0),
+            retries=item.attempts,
+            reason=attempt.reason if note is None else f"{attempt.reason}; {note}",
+        )
+        if attempt.outcome == "ok":
+            row.record_hash = record_hash
+        elif attempt.outcome == "not_modified":
+            row.changed = False
+            row.record_hash = request.record_hash
+            row.etag = attempt.etag or request.etag
+            row.last_modified = attempt.last_modified or request.last_modified
+        self.rows[item.index] = row
+
+    def _finish_unsent(self, item: WorkItem, outcome: str, reason: str | None) -> None:
+        previous = self.last_attempt.get(item.index)
+        if previous is not None:  # a retry that never went out: the last attempt stands
+            self._finish(item, previous, f"retry not sent: {reason}")
+            return
+        self.rows[item.index] = Row(
+            url_id(item.url), item.host, self.clock(), outcome, reason=reason
+        )
+
+    def _record_unsent(self, item: WorkItem, reason: str) -> None:
+        self._finish_unsent(item, "shed", reason)
+
+    def _record_shed(self, shed: list[Shed]) -> None:
+        for entry in shed:
+            if entry.item.kind == "page":
+                self._record_unsent(entry.item, entry.reason)
+
+    def _bad_url(self, request: FetchRequest, reason: str, wall: datetime) -> None:
+        text = request.url.strip()
+        self.requests.append(request)
+        self.rows.append(Row(url_id(text), _raw_host(text), wall, "error", reason=reason))
+
+    def _lost(self, index: int) -> Row:
+        log.error("fetch engine recorded no outcome for %s", self.requests[index].url)
+        url = self.requests[index].url
+        return Row(url_id(url), _raw_host(url), self.clock(), "error", reason="no outcome (bug)")
+
+    def _metrics(self, rows: list[Row], elapsed: float) -> BatchMetrics:
+        frontier = self.frontier
+        now = self.loop.time()
+        hosts = {}
+        for host, lane in frontier.lanes.items():
+            st = lane.state
+            requests_before, throttles_before = self.host_base.get(host, (0, 0))
+            hosts[host] = HostPressure(
+                requests=st.requests - requests_before,
+                throttles=st.throttles - throttles_before,
+                max_in_flight=st.max_in_flight,
+                limit=st.limit.limit,
+                lowest_limit=st.lowest_limit,
+                paused_s=max(0.0, st.paused_until - now),
+                validators_trusted=st.trust.trusted,
+                validator_doubt=st.trust.distrusted,
+            )
+        gate = self.state.plan_gate
+        retries = frontier.retries
+        outcomes = Counter(r.outcome for r in rows)
+        return BatchMetrics(
+            urls=len(rows),
+            elapsed_s=elapsed,
+            requests=self.attempts,
+            robots_fetches=self.robots_fetches,
+            retries=retries,
+            retry_ratio=retries / self.attempts if self.attempts else 0.0,
+            retry_budget=self.retry_budget,
+            retries_refused=self.retries_refused,
+            outcomes=dict(outcomes),
+            max_queue_depth=frontier.max_waiting,
+            max_oldest_age_s=self.max_oldest_age,
+            max_dispatch_lag_s=frontier.max_dispatch_lag,
+            admission_rejections=frontier.rejections,
+            shed=outcomes["shed"],
+            plan_throttles=self.plan_throttles,
+            plan_limit=None if gate is None else gate.limit.limit,
+            plan_stopped=self.stopped,
+            hosts=hosts,
+        )
+
+
+def _signal(attempt: Attempt) -> Signal:
+    """Which slow-down signal an attempt sends to its host."""
+    if attempt.outcome == "throttled":
+        return Signal.THROTTLED
+    if attempt.outcome == "timeout":
+        return Signal.TIMEOUT
+    if attempt.outcome == "error" and (attempt.status is None or attempt.status >= 500):
+        return Signal.ERROR
+    return Signal.SUCCESS
+
+
+def _is_loopback(netloc: str) -> bool:
+    host = urlsplit(f"//{netloc}").hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _raw_host(url: str) -> str:
+    try:
+        return urlsplit(url).netloc
+    except ValueError:
+        return ""

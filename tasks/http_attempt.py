@@ -1,0 +1,324 @@
+"""One fetch attempt over HTTP: route, redirects, guard rails, and what the answer means.
+
+``fetch_page`` sends one GET (directly, through a forward proxy, or through a scraping API,
+see ``Route``), follows same-host redirects itself, reads the body through the guard rails of
+``tasks.response_guard`` within one total timeout, and returns an ``Attempt``: the outcome
+for the history row, the reason, and the signals the scheduler routes (a host's throttle or a
+plan limit of the API). It never raises for anything the network or the server does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urljoin, urlsplit
+
+import httpx
+
+from models.politeness import RETRYABLE_STATUS, is_retryable, parse_retry_after
+from models.urls import InvalidURLError, normalize
+from tasks.http_client import TRANSPORT_ERRORS
+from tasks.response_guard import (
+    BodyLimitError,
+    BoundedDecoder,
+    check_content_type,
+    check_declared_length,
+    head_size,
+    looks_like_challenge,
+)
+
+#: Bytes of a non-2xx body read (for challenge detection and to keep the connection).
+ERROR_BODY_BYTES = 64 * 1024
+REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
+PLAN_LIMIT_HEADER = "x-plan-limit"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """How a request leaves the process: ``direct``, ``proxy`` (set on the client) or ``api``.
+
+    Through the API the target URL travels as a query parameter, the answer carries the
+    target's status, and ``X-Plan-Limit`` marks the API's own refusals (429 concurrency,
+    509 credits), which are about our plan and never about the target host.
+    """
+
+    mode: str = "direct"
+    api_url: str | None = None
+
+    def request_url(self, target: str) -> str:
+        if self.mode != "api":
+            return target
+        assert self.api_url is not None
+        return f"{self.api_url.rstrip('/')}/fetch?url={quote(target, safe='')}"
+
+    def plan_limit(self, status: int, headers: dict[str, str]) -> str | None:
+        if self.mode != "api" or status not in (429, 509):
+            return None
+        return headers.get(PLAN_LIMIT_HEADER, "unknown").strip().lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """One request/response, body read within limits (``failure`` set if a limit broke)."""
+
+    status: int
+    headers: dict[str, str]  # lower-case names, repeated headers joined with ", "
+    body: bytes
+    wire_bytes: int
+    failure: BodyLimitError | None
+    plan_limit: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class BodyLimits:
+    max_bytes: int
+    max_ratio: float
+    accepted_types: Collection[str] | None = None  # None: any type (robots.txt)
+    accept_missing_type: bool = True
+    truncate: bool = False  # robots.txt: keep the first max_bytes instead of failing
+
+
+async def exchange(
+    client: httpx.AsyncClient,
+    route: Route,
+    url: str,
+    headers: dict[str, str],
+    limits: BodyLimits,
+) -> Exchange:
+    """Send one GET and read its body through the guard rails (may raise httpx errors)."""
+    request = client.build_request("GET", route.request_url(url), headers=headers)
+    sent = head_size(f"GET {request.url.raw_path.decode()} HTTP/1.1", request.headers.raw)
+    response = await client.send(request, stream=True)
+    try:
+        status = response.status_code
+        headers = _header_dict(response.headers.raw)
+        failure: BodyLimitError | None = None
+        body = b""
+        success = 200 <= status < 300
+        try:
+            if success and limits.accepted_types is not None:
+                check_content_type(
+                    headers.get("content-type"),
+                    limits.accepted_types,
+                    accept_missing=limits.accept_missing_type,
+                )
+            if success and not limits.truncate:
+                check_declared_length(headers.get("content-length"), limits.max_bytes)
+            decoder = BoundedDecoder(
+                headers.get("content-encoding"),
+                limits.max_bytes if success else ERROR_BODY_BYTES,
+                limits.max_ratio,
+                truncate=limits.truncate or not success,
+            )
+            async for chunk in response.aiter_raw():
+                decoder.feed(chunk)
+                if decoder.done:
+                    break
+            body = decoder.body()
+        except BodyLimitError as exc:
+            failure = exc
+        start_line = f"HTTP/1.1 {status} {response.reason_phrase}"
+        received = head_size(start_line, response.headers.raw) + response.num_bytes_downloaded
+        plan = route.plan_limit(status, headers)
+        return Exchange(status, headers, body, sent + received, failure, plan)
+    finally:
+        await response.aclose()
+
+
+def _header_dict(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Response headers as one dict, built once (httpx.Headers.get scans every header)."""
+    headers: dict[str, str] = {}
+    for key, value in raw:
+        name = key.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        headers[name] = f"{headers[name]}, {text}" if name in headers else text
+    return headers
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """What one attempt at one URL found (redirect hops included)."""
+
+    outcome: str
+    status: int | None
+    reason: str | None = None
+    body: bytes | None = None
+    content_type: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    retry_after_s: float | None = None
+    wire_bytes: int = 0
+    duration_s: float = 0.0
+    final_url: str | None = None
+    plan_limit: str | None = None  # "concurrency" (plan 429) or "credits" (509)
+    challenge: bool = False
+    retryable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PageLimits:
+    body: BodyLimits
+    timeout_s: float
+    max_redirects: int
+
+
+async def fetch_page(
+    client: httpx.AsyncClient,
+    route: Route,
+    url: str,
+    conditional: dict[str, str],
+    limits: PageLimits,
+    robots_reason: Callable[[str], str | None],
+    *,
+    close: bool = False,
+) -> Attempt:
+    """Fetch ``url`` once (following same-host redirects); never raises for network trouble.
+
+    ``conditional`` headers go on the first hop only (they belong to this URL);
+    ``robots_reason(url)`` names the rule that denies a redirect target, or None; ``close``
+    asks the server to close the connection after the answer (the host's last request).
+    """
+    started = time.monotonic()
+    wire = 0
+    try:
+        async with asyncio.timeout(limits.timeout_s):
+            current = url
+            visited = {url}
+            headers = {**conditional, "Connection": "close"} if close else conditional
+            sent_conditional = bool(conditional)
+            for _hop in range(limits.max_redirects + 1):
+                ex = await exchange(client, route, current, headers, limits.body)
+                wire += ex.wire_bytes
+                if ex.status not in REDIRECT_STATUS or ex.plan_limit or ex.failure:
+                    duration = time.monotonic() - started
+                    return _judge(ex, sent_conditional, current, wire, duration)
+                location = ex.headers.get("location")
+                if not location:
+                    return _finish(
+                        "error", ex.status, "redirect without Location", wire, started, ex
+                    )
+                target, problem = _redirect_target(current, location, visited)
+                if problem is not None:
+                    outcome = "redirect_loop" if problem.startswith("loop") else "redirect"
+                    return _finish(outcome, ex.status, problem, wire, started, ex)
+                denied = robots_reason(target)
+                if denied is not None:
+                    return _finish(
+                        "robots_denied", ex.status, f"redirect target {denied}", wire, started, ex
+                    )
+                visited.add(target)
+                current = target
+                headers = {"Connection": "close"} if close else {}
+                sent_conditional = False
+            return _finish(
+                "redirect", ex.status, f"more than {limits.max_redirects} redirects", wire, started
+            )
+    except TimeoutError:
+        return _failure(
+            "timeout", f"no complete answer within {limits.timeout_s:g} s", wire, started
+        )
+    except httpx.TimeoutException as exc:
+        return _failure("timeout", f"{type(exc).__name__}: {exc}".rstrip(": "), wire, started)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        return _failure("error", f"bad URL: {exc}", wire, started, retryable=False)
+    except TRANSPORT_ERRORS as exc:
+        return _failure("error", f"{type(exc).__name__}: {exc}".rstrip(": "), wire, started)
+
+
+def _redirect_target(current: str, location: str, visited: set[str]) -> tuple[str, str | None]:
+    """The normalized redirect target, or why it is not followed."""
+    try:
+        target = normalize(urljoin(current, location))
+    except InvalidURLError as exc:
+        return location, f"redirect to a bad URL: {exc}"
+    if urlsplit(target).netloc != urlsplit(current).netloc:
+        return target, f"redirect to another host, not followed: {target}"
+    if target in visited:
+        return target, f"loop: redirect back to {target}"
+    return target, None
+
+
+def _judge(ex: Exchange, conditional: bool, url: str, wire: int, duration: float) -> Attempt:
+    """The outcome of a final (non-redirect) answer."""
+    status = ex.status
+    headers = ex.headers
+    common: dict[str, Any] = {
+        "wire_bytes": wire,
+        "duration_s": duration,
+        "final_url": url,
+        "etag": headers.get("etag"),
+        "last_modified": headers.get("last-modified"),
+        "content_type": headers.get("content-type"),
+    }
+    if ex.plan_limit == "credits" or (ex.plan_limit and status == 509):
+        return Attempt("api_exhausted", status, "scraping API credits exhausted (509)", **common)
+    if ex.plan_limit:
+        return Attempt(
+            "throttled",
+            status,
+            f"scraping API plan limit: {ex.plan_limit}",
+            plan_limit=ex.plan_limit,
+            retry_after_s=parse_retry_after(headers.get("retry-after")),
+            retryable=True,
+            **common,
+        )
+    if ex.failure is not None:
+        return Attempt(ex.failure.outcome, status, ex.failure.reason, **common)
+    if looks_like_challenge(status, headers.get("cf-mitigated"), ex.body):
+        return Attempt(
+            "throttled", status, "bot challenge page", challenge=True, retryable=True, **common
+        )
+    if 200 <= status < 300:
+        return Attempt("ok", status, body=ex.body, **common)
+    if status == 304:
+        if conditional:
+            return Attempt("not_modified", status, **common)
+        return Attempt("error", status, "304 to an unconditional request", **common)
+    if status in (429, 503):
+        retry_after = parse_retry_after(headers.get("retry-after"))
+        why = f"HTTP {status}" + (f", Retry-After {retry_after:g} s" if retry_after else "")
+        return Attempt(
+            "throttled", status, why, retry_after_s=retry_after, retryable=True, **common
+        )
+    if status in (404, 410):
+        return Attempt("gone", status, f"HTTP {status}", **common)
+    if status in REDIRECT_STATUS:
+        return Attempt("redirect", status, "redirect not followed", **common)
+    return Attempt(
+        "error", status, f"HTTP {status}", retryable=status in RETRYABLE_STATUS, **common
+    )
+
+
+def _finish(
+    outcome: str,
+    status: int | None,
+    reason: str,
+    wire: int,
+    started: float,
+    ex: Exchange | None = None,
+) -> Attempt:
+    return Attempt(
+        outcome,
+        status,
+        reason,
+        wire_bytes=wire,
+        duration_s=time.monotonic() - started,
+        retryable=is_retryable(outcome, status),
+        content_type=None if ex is None else ex.headers.get("content-type"),
+    )
+
+
+def _failure(
+    outcome: str, reason: str, wire: int, started: float, *, retryable: bool = True
+) -> Attempt:
+    return Attempt(
+        outcome,
+        None,
+        reason,
+        wire_bytes=wire,
+        duration_s=time.monotonic() - started,
+        retryable=retryable,
+    )

@@ -1,0 +1,33 @@
+"""`recrawl fetch` end to end against the sandbox."""
+
+import pyarrow.parquet as pq
+
+from flows.cli import main
+from models.schemas import HISTORY_SCHEMA
+from tests.fetch.conftest import sandbox
+
+
+def test_recrawl_fetch_writes_rows_and_prints_outcomes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RECRAWL_MIN_DELAY_S", "0.05")  # settings come from the environment
+    with sandbox(hosts=2, pages=2) as sb:
+        url_file = tmp_path / "urls.txt"
+        url_file.write_text("# pages\n" + "\n".join(sb.page_urls(1)) + "\n")
+        out = tmp_path / "rows.parquet"
+        private = sb.base_url(0) + "/private/1"
+        args = ["--urls", str(url_file), "--out", str(out), "--concurrency", "4"]
+        code = main(["fetch", *sb.page_urls(0), private, *args])
+    assert code == 0
+    table = pq.read_table(out)
+    assert table.schema.equals(HISTORY_SCHEMA)
+    assert sorted(table.column("outcome").to_pylist()) == ["ok"] * 4 + ["robots_denied"]
+    printed = capsys.readouterr().out
+    assert "robots_denied" in printed and "disallowed by robots.txt" in printed
+    assert "5 URLs" in printed
+
+
+def test_recrawl_fetch_rejects_bad_input(tmp_path, capsys):
+    assert main(["fetch", "--out", str(tmp_path / "x.parquet")]) == 2
+    assert "no URLs given" in capsys.readouterr().err
+    args = ["fetch", "http://127.0.0.1:9/", "--out", str(tmp_path / "x.parquet")]
+    assert main([*args, "--mode", "api"]) == 2
+    assert "api_url" in capsys.readouterr().err
