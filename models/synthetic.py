@@ -59,6 +59,8 @@ class SyntheticWeb:
                 "group": hosts,
                 "source": pa.array(["synthetic"] * n),
                 "discovered_at": pa.array(np.full(n, _EPOCH_US), pa.timestamp("us", tz="UTC")),
+                "lastmod": pa.nulls(n, pa.timestamp("us", tz="UTC")),
+                "changefreq": pa.nulls(n, pa.string()),
             },
             schema=CATALOG_SCHEMA,
         )

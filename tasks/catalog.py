@@ -16,6 +16,8 @@ from models.urls import InvalidURLError, normalize, url_id
 from tasks.history import HistoryCorruptError, _write_parquet, connect
 
 DEFAULTS = {"value": 1.0, "cost": 1.0, "source": "seed"}
+#: Nullable columns a caller may leave out (sitemap signals of discovered pages).
+OPTIONAL_COLUMNS = ("lastmod", "changefreq")
 
 
 class CatalogInputError(ValueError):
@@ -48,14 +50,18 @@ class CatalogStore:
     def upsert(self, rows: pa.Table | pd.DataFrame) -> int:
         """Add or update pages by normalized URL; returns the catalog's new size.
 
-        A page already known keeps its ``discovered_at``; other columns take the new values.
+        A page already known keeps its ``discovered_at``, and its sitemap ``lastmod`` and
+        ``changefreq`` where the new row has none (NULL means "not known", not "none");
+        other columns take the new values.
         """
         new = prepare_catalog_rows(rows)
         con = connect()
         con.register("old", self.read())
         con.register("new", new)
         merged = con.sql(
-            """SELECT n.* REPLACE (coalesce(o.discovered_at, n.discovered_at) AS discovered_at)
+            """SELECT n.* REPLACE (coalesce(o.discovered_at, n.discovered_at) AS discovered_at,
+                                  coalesce(n.lastmod, o.lastmod) AS lastmod,
+                                  coalesce(n.changefreq, o.changefreq) AS changefreq)
                FROM new n LEFT JOIN old o USING (url_id)
                UNION ALL BY NAME
                SELECT o.* FROM old o ANTI JOIN new n USING (url_id)
@@ -64,6 +70,50 @@ class CatalogStore:
         merged = merged.select(CATALOG_SCHEMA.names).cast(CATALOG_SCHEMA)
         _write_parquet(merged, self.path)
         return merged.num_rows
+
+    def update_sitemap_signals(self, signals: pa.Table) -> int:
+        """Set ``lastmod``/``changefreq`` of known pages from a table of (url_id, lastmod,
+        changefreq); every other column, ``source`` and ``value`` included, is kept.
+
+        Sitemaps are re-read every cycle: a known page's new ``<lastmod>`` is a change signal
+        for the planner, but re-discovering a page must not reset what the catalog says of
+        it. NULL signals keep the stored ones. Returns the number of pages updated.
+        """
+        missing = [c for c in ("url_id", "lastmod", "changefreq") if c not in signals.column_names]
+        if missing:
+            raise CatalogInputError(f"sitemap signals lack column(s): {', '.join(missing)}")
+        if not self.path.exists() or signals.num_rows == 0:
+            return 0
+        con = connect()
+        con.register("old", self.read())
+        con.register(
+            "sig",
+            signals.select(["url_id", "lastmod", "changefreq"]).cast(
+                pa.schema(
+                    [
+                        CATALOG_SCHEMA.field("url_id"),
+                        CATALOG_SCHEMA.field("lastmod"),
+                        CATALOG_SCHEMA.field("changefreq"),
+                    ]
+                )
+            ),
+        )
+        changed = con.execute(
+            """SELECT count(*) FROM old o JOIN sig s USING (url_id)
+               WHERE s.lastmod IS DISTINCT FROM o.lastmod AND s.lastmod IS NOT NULL
+                  OR s.changefreq IS DISTINCT FROM o.changefreq AND s.changefreq IS NOT NULL"""
+        ).fetchall()
+        updated = int(changed[0][0])
+        if not updated:
+            return 0
+        merged = con.sql(
+            """SELECT o.* REPLACE (coalesce(s.lastmod, o.lastmod) AS lastmod,
+                                  coalesce(s.changefreq, o.changefreq) AS changefreq)
+               FROM old o LEFT JOIN (SELECT DISTINCT ON (url_id) * FROM sig) s USING (url_id)
+               ORDER BY host, url_id"""
+        ).to_arrow_table()
+        _write_parquet(merged.select(CATALOG_SCHEMA.names).cast(CATALOG_SCHEMA), self.path)
+        return updated
 
 
 def prepare_catalog_rows(rows: pa.Table | pd.DataFrame) -> pa.Table:
@@ -93,6 +143,9 @@ def prepare_catalog_rows(rows: pa.Table | pd.DataFrame) -> pa.Table:
     frame["group"] = frame["group"].fillna(frame["host"])
     if "discovered_at" not in frame:
         frame["discovered_at"] = pd.Timestamp(datetime.now(UTC))
+    for name in OPTIONAL_COLUMNS:
+        if name not in frame:
+            frame[name] = None
     unknown = sorted(set(frame.columns) - set(CATALOG_SCHEMA.names))
     if unknown:
         raise CatalogInputError(f"catalog rows have unknown column(s): {', '.join(unknown)}")

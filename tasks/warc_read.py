@@ -1,0 +1,165 @@
+"""Reading archived responses back: one record by file and offset (what a history row keeps).
+
+Records are parsed by warcio's ``ArchiveIterator`` from the offset of their gzip member, with
+digests verified; an identical-payload revisit written by ``tasks.warc.WarcWriter`` is
+followed to the record that holds the payload.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from warcio.archiveiterator import ArchiveIterator
+from warcio.exceptions import ArchiveLoadFailed
+from warcio.statusandheaders import StatusAndHeaders
+
+from tasks.warc import PROFILE_IDENTICAL, REFERS_TO_LOCATION, WARC_DIR, PayloadRef, WarcError
+
+
+@dataclass(frozen=True)
+class ArchivedRecord:
+    """One record read back: its WARC headers, HTTP headers and stored payload."""
+
+    record_type: str
+    warc_headers: StatusAndHeaders
+    http_headers: StatusAndHeaders | None
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        value: str | None = self.warc_headers.get_header(name)
+        return value
+
+
+def read_record(
+    root: str | Path, file: str, offset: int, *, resolve_revisit: bool = True
+) -> tuple[StatusAndHeaders, bytes]:
+    """The HTTP headers and body of the response stored at ``file``/``offset``.
+
+    For an identical-payload revisit the body is the original's (followed through
+    ``WARC-Recrawl-Refers-To-Location``) unless ``resolve_revisit`` is False; a 304 revisit
+    has no body. Digests are verified; a mismatch or a broken record raises ``WarcError``.
+    """
+    record = read_warc_record(root, file, offset)
+    if record.http_headers is None:
+        raise WarcError(f"record at {file}#{offset} is a {record.record_type} without HTTP headers")
+    body = record.body
+    profile = record.header("WARC-Profile")
+    if resolve_revisit and record.record_type == "revisit" and profile == PROFILE_IDENTICAL:
+        location = record.header(REFERS_TO_LOCATION)
+        if not location or "#" not in location:
+            raise WarcError(f"revisit at {file}#{offset} does not say where its payload is")
+        ref_file, _, ref_offset = location.rpartition("#")
+        original = read_warc_record(root, ref_file, int(ref_offset))
+        if original.header("WARC-Payload-Digest") != record.header("WARC-Payload-Digest"):
+            raise WarcError(f"revisit at {file}#{offset} refers to a different payload")
+        body = original.body
+    return record.http_headers, body
+
+
+def read_warc_record(root: str | Path, file: str, offset: int) -> ArchivedRecord:
+    """The record whose gzip member starts at ``offset`` of ``file`` (relative to ``root``)."""
+    path = _checked_path(root, file)
+    if offset < 0:
+        raise WarcError(f"negative WARC offset {offset} for {file}")
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            iterator = ArchiveIterator(handle, check_digests="raise")
+            record = next(iter(iterator), None)
+            if record is None:
+                raise WarcError(f"no WARC record at {file}#{offset}")
+            body = record.raw_stream.read()
+            iterator.close()
+    except FileNotFoundError:
+        raise WarcError(f"WARC file {file} does not exist under {root}") from None
+    except (ArchiveLoadFailed, OSError, ValueError, EOFError, zlib.error) as exc:
+        raise WarcError(f"cannot read a WARC record at {file}#{offset}: {exc}") from None
+    return ArchivedRecord(record.rec_type, record.rec_headers, record.http_headers, body)
+
+
+def iter_records(root: str | Path, file: str) -> Iterator[tuple[int, ArchivedRecord]]:
+    """Every record of a file with its offset (checks a whole file; digests verified)."""
+    path = _checked_path(root, file)
+    try:
+        with open(path, "rb") as handle:
+            iterator = ArchiveIterator(handle, check_digests="raise")
+            for record in iterator:
+                offset = iterator.get_record_offset()
+                body = record.raw_stream.read()
+                yield (
+                    offset,
+                    ArchivedRecord(record.rec_type, record.rec_headers, record.http_headers, body),
+                )
+    except (ArchiveLoadFailed, OSError, ValueError, EOFError, zlib.error) as exc:
+        raise WarcError(f"cannot read WARC file {file}: {exc}") from None
+
+
+def verify_file(root: str | Path, file: str) -> int:
+    """Check a whole file: complete gzip members and every record's digests; returns the
+    number of records. warcio stops quietly at a cut-off member, so the members are
+    walked here first: a file truncated anywhere raises ``WarcError``."""
+    path = _checked_path(root, file)
+    members = 0
+    decompressor = zlib.decompressobj(31)
+    pending = False  # bytes fed to a member that has not ended yet
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                while chunk:
+                    decompressor.decompress(chunk, 1 << 20)
+                    pending = True
+                    while decompressor.unconsumed_tail and not decompressor.eof:
+                        decompressor.decompress(decompressor.unconsumed_tail, 1 << 20)
+                    if not decompressor.eof:
+                        break
+                    members += 1
+                    chunk = decompressor.unused_data
+                    decompressor = zlib.decompressobj(31)
+                    pending = False
+    except (OSError, zlib.error) as exc:
+        raise WarcError(f"WARC file {file} is not a valid gzip stream: {exc}") from None
+    if pending:
+        raise WarcError(f"WARC file {file} ends inside a record (truncated after {members})")
+    records = sum(1 for _ in iter_records(root, file))
+    if records != members:
+        raise WarcError(f"WARC file {file} has {members} gzip members but {records} records")
+    return records
+
+
+def payload_ref(root: str | Path, file: str, offset: int) -> PayloadRef:
+    """What a later identical payload would refer to: the stored record at ``file``/``offset``.
+
+    With the history's ``warc_file``/``warc_offset`` of a page's last observation this gives
+    ``write_exchange(previous=...)`` across cycles; a revisit passes its original on.
+    """
+    record = read_warc_record(root, file, offset)
+    if record.record_type == "revisit":
+        location = record.header(REFERS_TO_LOCATION)
+        if not location or "#" not in location:
+            raise WarcError(f"revisit at {file}#{offset} names no stored payload")
+        ref_file, _, ref_offset = location.rpartition("#")
+        original = read_warc_record(root, ref_file, int(ref_offset))
+        if original.record_type != "response":
+            raise WarcError(f"revisit at {file}#{offset} refers to a {original.record_type}")
+        record, file, offset = original, ref_file, int(ref_offset)
+    elif record.record_type != "response":
+        raise WarcError(f"record at {file}#{offset} is a {record.record_type}, not a response")
+    return PayloadRef(
+        str(record.header("WARC-Payload-Digest")),
+        str(record.header("WARC-Target-URI")),
+        str(record.header("WARC-Date")),
+        str(record.header("WARC-Record-ID")),
+        f"{file}#{offset}",
+    )
+
+
+def _checked_path(root: str | Path, file: str) -> Path:
+    rel = PurePosixPath(file)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts or rel.parts[0] != WARC_DIR:
+        raise WarcError(
+            f"WARC file must be a path under {WARC_DIR}/ relative to the root: {file!r}"
+        )
+    return Path(root).joinpath(*rel.parts)
