@@ -15,11 +15,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="recrawl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="estimate change rates on a synthetic web's history")
+    demo = sub.add_parser(
+        "demo", help="the whole loop on the sandbox web: planner vs uniform recrawl, 30 days"
+    )
     demo.add_argument("--root", type=Path, default=Path("data/demo"))
-    demo.add_argument("--pages", type=int, default=20_000)
-    demo.add_argument("--cycles", type=int, default=30)
+    demo.add_argument("--hosts", type=int, default=40, help="sandbox hosts")
+    demo.add_argument("--pages-per-host", type=int, default=50, help="sandbox pages per host")
+    demo.add_argument("--cycles", type=int, default=30, help="simulated daily cycles")
+    demo.add_argument(
+        "--budget-share", type=float, default=0.15, help="daily budget / pages (default 0.15)"
+    )
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--verbose", action="store_true", help="show Prefect's run logs")
+
+    synth = sub.add_parser("synthetic", help="estimate change rates on a synthetic web's history")
+    synth.add_argument("--root", type=Path, default=Path("data/synthetic"))
+    synth.add_argument("--pages", type=int, default=20_000)
+    synth.add_argument("--cycles", type=int, default=30)
+    synth.add_argument("--seed", type=int, default=0)
 
     est = sub.add_parser("estimate", help="per-page change-rate estimates from a history")
     est.add_argument("--root", type=Path, default=Path("data"))
@@ -47,6 +60,26 @@ def main(argv: list[str] | None = None) -> int:
     cat.add_argument("file", type=Path)
     cat.add_argument("--root", type=Path, default=Path("data"))
 
+    fetch = sub.add_parser("fetch", help="fetch URLs politely, write their history rows")
+    fetch.add_argument("urls", nargs="*", help="URLs to fetch")
+    fetch.add_argument("--urls", dest="url_file", type=Path, help="file with one URL per line")
+    fetch.add_argument("--out", type=Path, required=True, help="Parquet file for the rows")
+    fetch.add_argument("--mode", choices=["direct", "api", "proxy"], help="(RECRAWL_MODE)")
+    fetch.add_argument("--api-url", help="scraping API endpoint (RECRAWL_API_URL)")
+    fetch.add_argument("--proxy-url", help="forward proxy (RECRAWL_PROXY_URL)")
+    fetch.add_argument("--concurrency", type=int, help="requests in flight (RECRAWL_CONCURRENCY)")
+    fetch.add_argument("--window", type=float, help="seconds before the rest is shed")
+    fetch.add_argument("--cycle", type=int, default=0, help="cycle id written in the rows")
+
+    disc = sub.add_parser("discover", help="add new URLs to the catalog from seeds or sitemaps")
+    disc.add_argument("--root", type=Path, default=Path("data"))
+    disc.add_argument("--seed", action="append", default=[], metavar="URL", help="seed URL")
+    disc.add_argument("--sitemap", action="append", default=[], metavar="URL", help="sitemap")
+    disc.add_argument("--max-pages", type=int, help="add at most N new pages")
+    disc.add_argument(
+        "--min-delay", type=float, default=0.5, help="seconds between requests to one host"
+    )
+
     hist = sub.add_parser("history", help="inspect or maintain the fetch history")
     hist.add_argument("action", choices=["cycles", "rebuild-stats"])
     hist.add_argument("--root", type=Path, default=Path("data"))
@@ -66,9 +99,35 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from flows.demo import run_demo
+    import os
 
-    result = run_demo(args.root, pages=args.pages, cycles=args.cycles, seed=args.seed)
+    if args.hosts < 1 or args.pages_per_host < 1 or args.cycles < 1:
+        raise ValueError("--hosts, --pages-per-host and --cycles must be >= 1")
+    if not 0 < args.budget_share <= 1:
+        raise ValueError(f"--budget-share must be within (0, 1], got {args.budget_share}")
+    if not args.verbose:  # before Prefect is imported: its run logs would bury the result
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # Only loopback may be contacted: no usage statistics from Prefect's local server or SDK.
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    from flows.demo import format_result, run_demo
+
+    result = run_demo(
+        args.root,
+        hosts=args.hosts,
+        pages_per_host=args.pages_per_host,
+        cycles=args.cycles,
+        budget_share=args.budget_share,
+        seed=args.seed,
+    )
+    print(format_result(result))
+    return 0
+
+
+def _synthetic(args: argparse.Namespace) -> int:
+    from flows.estimation_demo import run_estimation_demo
+
+    result = run_estimation_demo(args.root, pages=args.pages, cycles=args.cycles, seed=args.seed)
     print(
         f"synthetic web: {result.pages} pages, {result.cycles} daily cycles, "
         f"{result.rows} fetch rows under {args.root}"
@@ -121,6 +180,71 @@ def _catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fetch(args: argparse.Namespace) -> int:
+    import logging
+
+    import pyarrow.parquet as pq
+    from pydantic import ValidationError
+
+    from tasks.fetch import fetch_batch_sync
+    from tasks.fetch_settings import FetchSettings
+
+    urls = list(args.urls)
+    if args.url_file is not None:
+        if not args.url_file.exists():
+            raise ValueError(f"no such file: {args.url_file}")
+        lines = args.url_file.read_text().splitlines()
+        urls += [u.strip() for u in lines if u.strip() and not u.lstrip().startswith("#")]
+    if not urls:
+        raise ValueError("no URLs given (pass them as arguments or with --urls FILE)")
+    overrides = {
+        "mode": args.mode,
+        "api_url": args.api_url,
+        "proxy_url": args.proxy_url,
+        "concurrency": args.concurrency,
+    }
+    try:
+        settings = FetchSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise ValueError(f"bad fetch settings: {exc.errors()[0]['msg']}") from None
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    result = fetch_batch_sync(urls, settings=settings, cycle_id=args.cycle, window_s=args.window)
+    pq.write_table(result.rows, args.out)
+    frame = result.rows.select(["outcome", "reason"]).to_pandas()
+    table = frame.groupby("outcome", dropna=False).agg(
+        urls=("outcome", "size"), example_reason=("reason", "first")
+    )
+    print(table.sort_values("urls", ascending=False).to_string())
+    metrics = result.metrics
+    print(
+        f"{metrics.urls} URLs in {metrics.elapsed_s:.1f} s, {metrics.requests} requests, "
+        f"{metrics.retries} retries; rows written to {args.out}"
+    )
+    return 0
+
+
+def _discover(args: argparse.Namespace) -> int:
+    from tasks.discovery import DiscoverySettings, discover_sync
+    from tasks.sitemaps import SitemapSettings
+
+    if not args.seed and not args.sitemap:
+        raise ValueError("give at least one --seed URL or --sitemap URL")
+    if args.max_pages is not None and args.max_pages < 0:
+        raise ValueError(f"--max-pages must be >= 0, got {args.max_pages}")
+    if args.min_delay < 0:
+        raise ValueError(f"--min-delay must be >= 0, got {args.min_delay}")
+    settings = DiscoverySettings(sitemaps=SitemapSettings(min_delay_s=args.min_delay))
+    report = discover_sync(
+        args.root,
+        seeds=args.seed,
+        sitemaps=args.sitemap,
+        max_pages=args.max_pages,
+        settings=settings,
+    )
+    print("\n".join(report.summary_lines()))
+    return 0
+
+
 def _history(args: argparse.Namespace) -> int:
     from tasks.history import HistoryStore
 
@@ -157,10 +281,13 @@ def _sandbox(args: argparse.Namespace) -> int:
 
 _COMMANDS = {
     "demo": _demo,
+    "synthetic": _synthetic,
     "estimate": _estimate,
     "plan": _plan,
     "catalog": _catalog,
     "history": _history,
+    "discover": _discover,
+    "fetch": _fetch,
     "sandbox": _sandbox,
 }
 

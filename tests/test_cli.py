@@ -8,8 +8,10 @@ def run(*args, cwd):
     )
 
 
-def test_demo_runs_and_prints_the_comparison(tmp_path):
-    done = run("demo", "--root", str(tmp_path / "d"), "--pages", "3000", "--cycles", "8", cwd=None)
+def test_synthetic_runs_and_prints_the_comparison(tmp_path):
+    done = run(
+        "synthetic", "--root", str(tmp_path / "d"), "--pages", "3000", "--cycles", "8", cwd=None
+    )
     assert done.returncode == 0, done.stderr
     assert "MLE + empirical Bayes" in done.stdout
     assert "90% interval" in done.stdout
@@ -26,7 +28,9 @@ def test_estimate_on_missing_history_is_empty_not_a_crash(tmp_path):
 def test_corrupt_history_gives_a_clear_error(tmp_path):
     root = tmp_path / "d"
     assert (
-        run("demo", "--root", str(root), "--pages", "500", "--cycles", "3", cwd=None).returncode
+        run(
+            "synthetic", "--root", str(root), "--pages", "500", "--cycles", "3", cwd=None
+        ).returncode
         == 0
     )
     (root / "history" / "_manifest.json").write_text("{not json")
@@ -65,7 +69,9 @@ def test_plan_writes_a_plan_within_budget(tmp_path):
 
     root = tmp_path / "d"
     assert (
-        run("demo", "--root", str(root), "--pages", "2000", "--cycles", "6", cwd=None).returncode
+        run(
+            "synthetic", "--root", str(root), "--pages", "2000", "--cycles", "6", cwd=None
+        ).returncode
         == 0
     )
     done = run("plan", "--root", str(root), "--cycle", "6", "--budget", "300", cwd=None)

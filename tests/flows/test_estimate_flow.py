@@ -1,16 +1,9 @@
 import pandas as pd
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.estimate import estimate_flow, estimate_rates_task
 from models.synthetic import generate_history, generate_web
 from tasks.history import HistoryStore
-
-
-@pytest.fixture(scope="session")
-def prefect():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 @pytest.fixture
@@ -27,7 +20,7 @@ def test_task_body_without_prefect(history_root):
     assert count == len(pd.read_parquet(path)) > 0
 
 
-def test_estimate_flow_returns_a_path_and_count(prefect, history_root):
+def test_estimate_flow_returns_a_path_and_count(prefect_server, history_root):
     result = estimate_flow(str(history_root))
     frame = pd.read_parquet(result["path"])
     assert result["pages"] == len(frame) > 0

@@ -1,0 +1,330 @@
+"""Prefect flow ``recrawl``: the daily cycle (plan, fetch host batches, commit, report).
+
+Shape of a run:
+
+1. ``plan-cycle`` writes the plan Parquet; ``split-plan`` cuts it into host batches under
+   ``<root>/_work/cycle=<id>/`` (``tasks.cycle``). A re-run of a cycle that crashed resumes
+   its split; a cycle already committed is left alone unless ``replace``.
+2. ``host-limits`` creates or checks the ``tag:host:<h>`` concurrency limits and repairs
+   slots a crashed run left taken (``tasks.host_limits``).
+3. One ``fetch-host-batch`` task per batch, tagged ``host:<h>`` for each of its hosts, so
+   the server never runs two batches of a host at once, across runs and machines. Slices of
+   one large host are chained in this run (``wait_for``) instead of polling for the slot.
+   Pacing between requests happens inside the task (the fetch engine). Tasks get and return
+   only names, paths and counts; ``cache_policy=NO_CACHE`` throughout.
+4. ``commit-cycle`` publishes every part at once; batches that failed are in it as
+   ``error`` rows, so a failed host batch never fails the cycle and its pages come back.
+5. ``report-cycle`` writes the numbers, plots and the keyed artifacts.
+
+Sync flow, sync tasks, a thread pool: an async task called from a sync flow would return a
+coroutine that never runs. Each fetch task runs its own event loop (``asyncio.run``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import datetime
+from typing import Any
+
+from prefect import flow, task
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import PrefectFuture, as_completed
+from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import ValidationError
+
+from flows.plan import CostModelName, next_cycle_id, plan_cycle_task
+from flows.run_context import in_run, run_logger
+from tasks.cycle import (
+    BatchOutcome,
+    BatchSpec,
+    CycleCommit,
+    commit_cycle,
+    cycle_state,
+    discard_work,
+    fixed_clock,
+    read_batch_metrics,
+    read_batches,
+    run_host_batch,
+    split_plan,
+)
+from tasks.fetch_settings import FetchSettings
+from tasks.host_limits import ensure_tag_limits
+from tasks.memory import keep_freed_memory
+from tasks.reports import (
+    cycle_numbers,
+    hosts_under_pressure,
+    plan_summary,
+    record_cycle,
+    summary_markdown,
+    write_plots,
+)
+
+#: Host batches fetched at once by one flow run (threads; each batch fetches its hosts
+#: concurrently itself).
+PARALLEL_BATCHES = 4
+
+
+@task(name="split-plan", cache_policy=NO_CACHE)
+def split_plan_task(
+    root: str, cycle: int, plan_path: str, max_urls: int, max_hosts: int, host_shards: int = 0
+) -> dict[str, Any]:
+    """The host batches (names, paths, hosts, counts) and when the body ran."""
+    started = time.time()
+    specs = split_plan(
+        root, cycle, plan_path, max_urls=max_urls, max_hosts=max_hosts, host_shards=host_shards
+    )
+    return {"batches": specs, "started": started, "ended": time.time()}
+
+
+@task(name="resume-split", cache_policy=NO_CACHE)
+def resume_split_task(root: str, cycle: int) -> list[BatchSpec]:
+    return read_batches(root, cycle)
+
+
+@task(name="host-limits", cache_policy=NO_CACHE)
+def host_limits_task(tags: list[str], slots: int = 1) -> dict[str, Any]:
+    """Create or check one limit per tag (``tag:host:<h>`` or ``tag:hostshard:<k>``)."""
+    started = time.time()
+    report = ensure_tag_limits(tags, slots=slots)
+    return {
+        "created": report.created,
+        "existing": report.existing,
+        "repaired": report.repaired,
+        "started": started,
+        "ended": time.time(),
+    }
+
+
+@task(name="fetch-host-batch", cache_policy=NO_CACHE)
+def fetch_host_batch_task(
+    root: str,
+    cycle: int,
+    batch: str,
+    fetch: dict[str, Any] | None = None,
+    at: datetime | None = None,
+    cost_model: str = "credits",
+    window_s: float | None = None,
+) -> BatchOutcome:
+    """Fetch one host batch; its rows become the batch's staged part of the cycle."""
+    started = time.time()
+    outcome = run_host_batch(
+        root,
+        cycle,
+        batch,
+        settings=FetchSettings(**(fetch or {})),
+        clock=fixed_clock(at) if at is not None else None,
+        cost_model=cost_model,
+        window_s=window_s,
+    )
+    run_logger().info(
+        "%s: %d URLs, %d observations, %d failed, %.1f s%s",
+        batch,
+        outcome.urls,
+        outcome.observations,
+        outcome.failed,
+        time.time() - started,
+        " (resumed: already fetched)" if outcome.resumed else "",
+    )
+    return outcome
+
+
+@task(name="commit-cycle", cache_policy=NO_CACHE)
+def commit_cycle_task(root: str, cycle: int, at: datetime | None = None) -> CycleCommit:
+    return commit_cycle(root, cycle, clock=fixed_clock(at) if at is not None else None)
+
+
+@task(name="report-cycle", cache_policy=NO_CACHE)
+def report_cycle_task(
+    root: str,
+    cycle: int,
+    plan_path: str,
+    cost_model: str,
+    failed_batches: int = 0,
+    at: datetime | None = None,
+    sandbox: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Numbers, plots and keyed artifacts of the committed cycle; then drop its work files."""
+    from tasks.estimation import load_rate_estimates
+
+    started = time.time()
+    realized = math.nan
+    if sandbox is not None and at is not None:
+        from tasks.truth import SandboxSpec, realized_freshness
+
+        realized = realized_freshness(root, SandboxSpec.from_dict(sandbox).web(), at)
+    numbers = cycle_numbers(
+        root,
+        cycle,
+        plan_summary(plan_path),
+        at=at.isoformat() if at is not None else "",
+        realized_freshness=realized,
+        failed_batches=failed_batches,
+    )
+    pressure = hosts_under_pressure(read_batch_metrics(root, cycle))
+    cycles = record_cycle(root, numbers)
+    rates = load_rate_estimates(root)["rate"].to_numpy()
+    plots = write_plots(root, cycle, cycles, numbers, rates)
+    markdown = summary_markdown(numbers, pressure, plots, cost_model)
+    (plots["freshness"].parent / "summary.md").write_text(markdown)
+    if in_run():
+        create_markdown_artifact(
+            markdown, key="recrawl-summary", description=f"recrawl cycle {cycle} summary"
+        )
+        create_table_artifact(
+            pressure.to_dict(orient="records")
+            or [{"host": "(none)", "requests": 0, "throttles": 0}],
+            key="recrawl-hosts-under-pressure",
+            description=f"cycle {cycle}: hosts whose adaptive limit fell, throttled or paused",
+        )
+    discard_work(root, cycle)
+    return {
+        "report": str(plots["freshness"].parent / "summary.md"),
+        "changes_found": numbers.changes_found,
+        "unchanged": numbers.unchanged,
+        "observations": numbers.observations,
+        "cost": numbers.cost,
+        "cost_per_change": numbers.cost_per_change,
+        "expected_freshness": numbers.expected_freshness,
+        "realized_freshness": numbers.realized_freshness,
+        "pressured_hosts": len(pressure),
+        "started": started,
+        "ended": time.time(),
+    }
+
+
+@flow(name="recrawl", task_runner=ThreadPoolTaskRunner(max_workers=PARALLEL_BATCHES))
+def recrawl_flow(
+    root: str = "data",
+    budget: float = 1000.0,
+    cycle: int | None = None,
+    host_capacity: float = 500.0,
+    cost_model: CostModelName = "credits",
+    at: datetime | None = None,
+    max_batch_urls: int = 2_000,
+    max_hosts_per_batch: int = 40,
+    host_shards: int = 0,
+    fetch: dict[str, Any] | None = None,
+    slices: dict[str, Any] | None = None,
+    window_s: float | None = None,
+    sandbox: dict[str, Any] | None = None,
+    replace: bool = False,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """One recrawl cycle (see the module docstring).
+
+    ``at`` is the cycle's time (a simulated one on the sandbox; default: now, wall clock);
+    ``fetch`` overrides fetch settings (``tasks.fetch_settings.FetchSettings`` fields);
+    ``slices`` overrides the budget's reserved slices (``models.planning.Slices``);
+    ``sandbox`` (``{"hosts", "pages_per_host", "seed"}``) adds ground-truth freshness to
+    the report. ``host_shards > 0`` tags each batch with one ``hostshard:<k>`` instead of
+    one ``host:<h>`` per host (far fewer slot acquisitions with thousands of hosts; every
+    run and machine must use the same value).
+    """
+    keep_freed_memory()
+    logger = run_logger()
+    flow_started = time.time()
+    try:
+        FetchSettings(**(fetch or {}))
+    except ValidationError as exc:
+        raise ValueError(f"bad fetch settings: {exc.errors()[0]['msg']}") from None
+    cycle_id = next_cycle_id(root) if cycle is None else cycle
+    state = cycle_state(root, cycle_id)
+    if state == "committed" and not replace:
+        discard_work(root, cycle_id)
+        logger.info(
+            "cycle %s is already committed; nothing to do (replace=True redoes it)", cycle_id
+        )
+        return {"cycle": cycle_id, "status": "already committed"}
+    timings: dict[str, tuple[float, float]] = {}
+    if state == "resume" and not replace:
+        specs = resume_split_task(root, cycle_id)
+        plan_path = f"{root}/plans/cycle={cycle_id}.parquet"
+        logger.info("resuming cycle %s: %d batches already split", cycle_id, len(specs))
+    else:
+        discard_work(root, cycle_id)
+        planned = plan_cycle_task(
+            root, cycle_id, budget, host_capacity, cost_model, seed, at, slices
+        )
+        plan_path = planned["path"]
+        timings["plan"] = (planned["started"], planned["ended"])
+        split = split_plan_task(
+            root, cycle_id, plan_path, max_batch_urls, max_hosts_per_batch, host_shards
+        )
+        specs = split["batches"]
+        timings["split"] = (split["started"], split["ended"])
+    limits = host_limits_task(sorted({tag for spec in specs for tag in spec.tags}))
+    timings["limits"] = (limits["started"], limits["ended"])
+
+    outcomes, failed = _fetch_batches(root, cycle_id, specs, fetch, at, cost_model, window_s)
+    commit = commit_cycle_task(root, cycle_id, at)
+    report = report_cycle_task(root, cycle_id, plan_path, cost_model, len(failed), at, sandbox)
+    summary = {
+        "cycle": cycle_id,
+        "status": "committed",
+        "batches": len(specs),
+        "failed_batches": failed,
+        "rows": commit.rows,
+        "observations": commit.observations,
+        "fetch_s": sum(o.fetch_s for o in outcomes),
+        "write_s": sum(o.write_s for o in outcomes) + commit.commit_s,
+        "repaired_limits": list(limits["repaired"]),
+        "task_windows": [
+            *[(name, *window) for name, window in timings.items()],
+            *[(o.name, o.started, o.ended) for o in outcomes],
+            ("commit", commit.started, commit.ended),
+            ("report", report.pop("started"), report.pop("ended")),
+        ],
+        "flow_s": time.time() - flow_started,
+        **report,
+    }
+    logger.info(
+        "cycle %s: %d rows, %d observations, %d changes found, %d batches (%d failed)",
+        cycle_id,
+        commit.rows,
+        commit.observations,
+        report["changes_found"],
+        len(specs),
+        len(failed),
+    )
+    return summary
+
+
+def _fetch_batches(
+    root: str,
+    cycle_id: int,
+    specs: list[BatchSpec],
+    fetch: dict[str, Any] | None,
+    at: datetime | None,
+    cost_model: str,
+    window_s: float | None,
+) -> tuple[list[BatchOutcome], list[str]]:
+    """Submit one tagged task per batch, report progress, collect outcomes and failures."""
+    logger = run_logger()
+    futures: dict[str, PrefectFuture[BatchOutcome]] = {}
+    for spec in specs:
+        upstream = [futures[spec.after]] if spec.after in futures else None
+        futures[spec.name] = fetch_host_batch_task.with_options(
+            tags=spec.tags, task_run_name=f"fetch-{spec.name}"
+        ).submit(root, cycle_id, spec.name, fetch, at, cost_model, window_s, wait_for=upstream)
+    progress = create_progress_artifact(
+        0.0, key="recrawl-progress", description=f"cycle {cycle_id}: host batches done"
+    )
+    outcomes: list[BatchOutcome] = []
+    failed: list[str] = []
+    names = {id(f): name for name, f in futures.items()}
+    for done, future in enumerate(as_completed(list(futures.values())), start=1):
+        name = names[id(future)]
+        if future.state.is_completed():
+            outcomes.append(future.result())
+        else:
+            failed.append(name)
+            logger.warning("host batch %s did not complete: %s", name, future.state.message)
+        update_progress_artifact(progress, 100.0 * done / max(len(futures), 1))
+    return outcomes, failed

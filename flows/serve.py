@@ -1,0 +1,46 @@
+"""The one-process route: serve the deployments of ``prefect.yaml`` without a work pool.
+
+``python -m flows.serve [--root data] [--budget 10000] [--cost-model credits]`` registers
+the daily recrawl, weekly discovery and ad hoc plan deployments with the Prefect API
+(``PREFECT_API_URL``) and runs their scheduled and manual runs in this process until
+interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from prefect import serve
+
+from flows.discover import discover_flow
+from flows.plan import plan_flow
+from flows.recrawl import recrawl_flow
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m flows.serve", description=__doc__)
+    parser.add_argument("--root", default=os.environ.get("RECRAWL_ROOT", "data"))
+    parser.add_argument("--budget", type=float, default=10_000.0)
+    parser.add_argument("--cost-model", choices=["credits", "bandwidth", "catalog"])
+    parser.add_argument(
+        "--host-shards", type=int, default=64, help="0: one host:<name> tag per host"
+    )
+    args = parser.parse_args(argv)
+    common = {"root": args.root, "budget": args.budget, "cost_model": args.cost_model or "credits"}
+    serve(
+        recrawl_flow.to_deployment(
+            "recrawl-daily",
+            cron="0 3 * * *",
+            parameters={**common, "host_shards": args.host_shards},
+            concurrency_limit=1,
+        ),
+        discover_flow.to_deployment(
+            "discover-weekly", cron="0 1 * * 0", parameters={"root": args.root}
+        ),
+        plan_flow.to_deployment("plan-adhoc", parameters=common),
+    )
+
+
+if __name__ == "__main__":
+    main()

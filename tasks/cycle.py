@@ -1,0 +1,631 @@
+"""The recrawl cycle's I/O, without Prefect: split a plan into host batches, fetch, commit.
+
+A cycle's working state lives under ``<root>/_work/cycle=<id>/``::
+
+    batches/batch-00000.parquet   the requests of one host batch (url, validators, priority)
+    batches.json                  the split, written last: its presence means it is complete
+    parts/batch-00000.parquet     the history rows one batch produced (written atomically)
+    metrics/batch-00000.json      the batch's pressure metrics (for the reports)
+
+Nothing under ``_work`` is visible to readers of the history. ``commit_cycle`` publishes
+every part at once through ``HistoryStore.cycle_writer`` (one atomic manifest rename), so a
+process killed at any point leaves the history as it was or with the whole cycle. A re-run
+resumes: the split is reused, batches whose part exists are not fetched again, and a part
+has one fixed name per batch, so nothing is counted twice. A batch that fails records its
+URLs as ``error`` rows naming the failure (failed attempts are not observations, so the
+planner reschedules those pages); a batch that never ran gets such rows at commit.
+
+A *host batch* holds the URLs of one or more whole hosts (small hosts are packed together,
+at most ``max_hosts`` of them) or one slice of a large host (at most ``max_urls`` URLs);
+the flow tags it ``host:<name>`` for each of its hosts. Packing matters: every tagged task
+run costs the Prefect server a slot acquisition and release (tens to hundreds of
+milliseconds measured here), while one fetch batch fetches its hosts concurrently anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from models.cost import COST_MODELS, CostModel
+from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
+from models.urls import InvalidURLError, normalize, url_id
+from tasks.catalog import CatalogStore
+from tasks.fetch import EngineState, FetchRequest, fetch_batch
+from tasks.fetch_metrics import BatchMetrics
+from tasks.fetch_rows import AttemptCost, CostHook, RecordHasher
+from tasks.fetch_settings import FetchSettings
+from tasks.history import CommitResult, HistoryStore, connect
+
+log = logging.getLogger(__name__)
+
+WORK_DIR = "_work"
+INDEX = "batches.json"
+#: Hosts one batch may carry: each becomes a tag of the task run, and Prefect drops task
+#: run events with more than 100 related resources (tags count), so stay well below.
+MAX_HOSTS_PER_BATCH = 80
+SHARD_TAG_PREFIX = "hostshard:"
+
+T = TypeVar("T")
+
+
+class CycleInputError(ValueError):
+    """A cycle cannot be prepared from what is stored; the message says what is missing."""
+
+
+class BatchFailedError(RuntimeError):
+    """A host batch failed; its URLs were recorded as ``error`` rows naming the cause."""
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """One host batch: where its requests are, which hosts it holds, what must run first."""
+
+    name: str
+    path: str
+    hosts: tuple[str, ...]
+    urls: int
+    after: str | None = None  # the previous slice of the same large host, if any
+    shard: int | None = None  # the host shard all its hosts belong to (shard mode)
+
+    @property
+    def tags(self) -> list[str]:
+        """``host:<h>`` per host, or one ``hostshard:<k>`` in shard mode."""
+        if self.shard is not None:
+            return [f"{SHARD_TAG_PREFIX}{self.shard}"]
+        return [f"host:{h}" for h in self.hosts]
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What a host batch produced: its part file and counts (nothing else crosses tasks)."""
+
+    name: str
+    part: str
+    urls: int
+    observations: int
+    failed: int
+    bytes: int
+    cost: float
+    fetch_s: float
+    write_s: float
+    resumed: bool = False
+    error: str | None = None
+    started: float = 0.0  # wall clock (time.time()) of the body's start and end
+    ended: float = 0.0
+
+
+@dataclass(frozen=True)
+class CycleCommit:
+    cycle_id: int
+    rows: int
+    observations: int
+    batches: int
+    missing_batches: int  # batches that never produced a part: recorded as errors
+    commit_s: float
+    files: tuple[str, ...]
+    started: float = 0.0
+    ended: float = 0.0
+
+
+CycleState = Literal["new", "resume", "committed"]
+
+
+# ---------------------------------------------------------------------- paths
+
+
+def work_dir(root: str | Path, cycle_id: int) -> Path:
+    return Path(root) / WORK_DIR / f"cycle={int(cycle_id)}"
+
+
+def cycle_state(root: str | Path, cycle_id: int) -> CycleState:
+    """``committed`` if the history has the cycle, ``resume`` if a split is on disk, else new."""
+    if int(cycle_id) in HistoryStore(root).cycles():
+        return "committed"
+    if (work_dir(root, cycle_id) / INDEX).exists():
+        return "resume"
+    return "new"
+
+
+def discard_work(root: str | Path, cycle_id: int) -> None:
+    """Remove the cycle's working files (after its commit and report, or to start over)."""
+    shutil.rmtree(work_dir(root, cycle_id), ignore_errors=True)
+
+
+def read_batches(root: str | Path, cycle_id: int) -> list[BatchSpec]:
+    """The split written by ``split_plan`` (raises if there is none)."""
+    path = work_dir(root, cycle_id) / INDEX
+    if not path.exists():
+        raise CycleInputError(f"cycle {cycle_id} has no batch split at {path}")
+    data = json.loads(path.read_text())
+    return [
+        BatchSpec(
+            b["name"], b["path"], tuple(b["hosts"]), b["urls"], b.get("after"), b.get("shard")
+        )
+        for b in data["batches"]
+    ]
+
+
+# ---------------------------------------------------------------------- split
+
+# The plan joined with the catalog's URL and the page's last observation's validators, in
+# batch order (host, then priority).
+_REQUESTS_SQL = """
+WITH last_obs AS (
+    SELECT url_id,
+           arg_max(etag, fetched_at) AS etag,
+           arg_max(last_modified, fetched_at) AS last_modified,
+           arg_max(record_hash, fetched_at) AS record_hash
+    FROM history
+    WHERE outcome IN ('ok', 'not_modified') AND url_id IN (SELECT url_id FROM plan)
+    GROUP BY url_id
+)
+SELECT p.url_id, c.url, coalesce(c.host, p.host) AS host, p.score AS priority,
+       o.etag, o.last_modified, o.record_hash
+FROM plan p JOIN catalog c USING (url_id) LEFT JOIN last_obs o USING (url_id)
+ORDER BY host, priority DESC, url_id
+"""
+
+
+def split_plan(
+    root: str | Path,
+    cycle_id: int,
+    plan_path: str | Path,
+    *,
+    max_urls: int = 2_000,
+    max_hosts: int = 40,
+    host_shards: int = 0,
+) -> list[BatchSpec]:
+    """Split a plan Parquet into host batches under the cycle's work folder.
+
+    Hosts with more than ``max_urls`` planned pages are cut into slices of at most
+    ``max_urls`` URLs, each slice ``after`` the previous one; smaller hosts are packed
+    whole, up to ``max_urls`` URLs and ``max_hosts`` hosts per batch. Each request carries
+    the last observation's ETag, Last-Modified and record hash (joined by DuckDB), so the
+    fetcher can send a conditional request. Any earlier split of the cycle is replaced.
+
+    ``host_shards > 0`` (shard mode): every host belongs to shard ``hash(host) % host_shards``
+    and a batch holds hosts of one shard only, so one tag ``hostshard:<k>`` per batch keeps
+    a host's batches apart (every run must use the same number of shards); ``max_hosts``
+    does not apply then.
+    """
+    if max_urls < 1:
+        raise CycleInputError(f"max_urls must be >= 1, got {max_urls}")
+    if host_shards < 0:
+        raise CycleInputError(f"host_shards must be >= 0, got {host_shards}")
+    if not 1 <= max_hosts <= MAX_HOSTS_PER_BATCH:
+        raise CycleInputError(
+            f"max_hosts must be within [1, {MAX_HOSTS_PER_BATCH}], got {max_hosts}"
+        )
+    plan_path = Path(plan_path)
+    if not plan_path.exists():
+        raise CycleInputError(f"no plan file at {plan_path}")
+    catalog = CatalogStore(root)
+    if not catalog.path.exists():
+        raise CycleInputError(f"no page catalog under {root}: the plan's pages have no URLs")
+    con = connect()
+    con.register("plan", con.read_parquet(str(plan_path)))
+    con.register("catalog", catalog.relation(con))
+    con.register("history", HistoryStore(root).relation(con))
+    requests = con.sql(_REQUESTS_SQL).to_arrow_table()
+    planned = con.sql("SELECT count(*) FROM plan").fetchall()[0][0]
+    if requests.num_rows < planned:
+        log.warning(
+            "cycle %s: %d planned pages are not in the catalog and are skipped",
+            cycle_id,
+            planned - requests.num_rows,
+        )
+
+    folder = work_dir(root, cycle_id)
+    discard_work(root, cycle_id)
+    (folder / "batches").mkdir(parents=True)
+    shards = None
+    if host_shards:
+        requests = _with_shards(requests, host_shards)
+        shards = requests["shard"].to_numpy()
+        requests = requests.drop_columns(["shard"])
+        max_hosts = requests.num_rows + 1  # one tag per batch: no host cap
+    hosts = requests["host"].to_numpy(zero_copy_only=False)
+    assignments = _assign_batches(hosts, max_urls, max_hosts, shards)
+    specs = []
+    for number, (start, stop, after) in enumerate(assignments):
+        name = f"batch-{number:05d}"
+        path = folder / "batches" / f"{name}.parquet"
+        chunk = requests.slice(start, stop - start)
+        pq.write_table(chunk, path)
+        batch_hosts = tuple(dict.fromkeys(hosts[start:stop].tolist()))
+        previous = None if after is None else f"batch-{after:05d}"
+        shard = None if shards is None else int(shards[start])
+        specs.append(BatchSpec(name, str(path), batch_hosts, stop - start, previous, shard))
+    _write_json(
+        folder / INDEX,
+        {"cycle_id": int(cycle_id), "plan": str(plan_path), "batches": [asdict(s) for s in specs]},
+    )
+    log.info("cycle %s: %d pages in %d host batches", cycle_id, requests.num_rows, len(specs))
+    return specs
+
+
+def host_shard(host: str, shards: int) -> int:
+    """Stable shard of a host (the same on every machine and run)."""
+    digest = hashlib.blake2b(host.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards
+
+
+def _with_shards(requests: pa.Table, shards: int) -> pa.Table:
+    """Add each row's host shard and sort by shard, host, priority (a loop over hosts only)."""
+    names = pc.unique(requests["host"]).to_pylist()
+    lookup = pa.array([host_shard(h, shards) for h in names], pa.int64())
+    shard = pc.take(lookup, pc.index_in(requests["host"], pa.array(names, pa.string())))
+    return requests.append_column("shard", shard).sort_by(
+        [
+            ("shard", "ascending"),
+            ("host", "ascending"),
+            ("priority", "descending"),
+            ("url_id", "ascending"),
+        ]
+    )
+
+
+def _assign_batches(
+    hosts: np.ndarray, max_urls: int, max_hosts: int, groups: np.ndarray | None = None
+) -> list[tuple[int, int, int | None]]:
+    """Row ranges ``(start, stop, after)`` of each batch over rows sorted by host.
+
+    A loop over hosts (not rows): large hosts are sliced, small ones packed in order; a
+    batch never spans two ``groups`` (host shards), when given (rows sorted by group first).
+    """
+    if hosts.shape[0] == 0:
+        return []
+    boundary = hosts[1:] != hosts[:-1]
+    if groups is not None:
+        boundary |= groups[1:] != groups[:-1]
+    starts = np.r_[0, np.flatnonzero(boundary) + 1]
+    stops = np.r_[starts[1:], hosts.shape[0]]
+    batches: list[tuple[int, int, int | None]] = []
+    open_start: int | None = None
+    open_hosts = 0
+    for start, stop in zip(starts.tolist(), stops.tolist(), strict=True):
+        size = stop - start
+        if size > max_urls:
+            if open_start is not None:
+                batches.append((open_start, start, None))
+                open_start = None
+            previous = None
+            for cut in range(start, stop, max_urls):
+                batches.append((cut, min(cut + max_urls, stop), previous))
+                previous = len(batches) - 1
+            continue
+        new_group = (
+            groups is not None and open_start is not None and (groups[start] != groups[open_start])
+        )
+        if open_start is not None and (
+            start + size - open_start > max_urls or open_hosts >= max_hosts or new_group
+        ):
+            batches.append((open_start, start, None))
+            open_start = None
+        if open_start is None:
+            open_start, open_hosts = start, 0
+        open_hosts += 1
+    if open_start is not None:
+        batches.append((open_start, int(stops[-1]), None))
+    return batches
+
+
+# ---------------------------------------------------------------------- fetch one batch
+
+_STATES: dict[str, EngineState] = {}
+_STATES_LOCK = threading.Lock()
+
+
+def engine_state(settings: FetchSettings) -> EngineState:
+    """The process's engine state for these settings (pacing, robots.txt, validator trust).
+
+    Shared by the batches a worker process runs, one after another or side by side (their
+    hosts differ: slices of one host are chained), so what was learned about a host carries
+    over to its next batch.
+    """
+    key = settings.model_dump_json()
+    with _STATES_LOCK:
+        state = _STATES.get(key)
+        if state is None:
+            state = _STATES[key] = EngineState(settings)
+        return state
+
+
+def cost_hook_for(model: CostModel | str) -> CostHook:
+    """Price each attempt in the budget's units (the planner's cost model)."""
+    chosen = COST_MODELS[model] if isinstance(model, str) else model
+
+    def hook(attempt: AttemptCost) -> float:
+        return float(chosen.attempt_cost([attempt.outcome], [attempt.wire_bytes])[0])
+
+    return hook
+
+
+def default_record_hasher() -> RecordHasher:
+    """The record hash of the content work (``models.extract``): noise is not a change.
+
+    Falls back to the fetch engine's body hash if the extractor cannot be imported.
+    """
+    try:
+        from models.extract import extract
+    except ImportError:  # pragma: no cover - the extractor ships with the project
+        from tasks.fetch_rows import record_hash
+
+        return record_hash
+
+    def hasher(body: bytes, content_type: str | None) -> str:
+        return extract(body, content_type or "text/html", _ANY_URL).record_hash
+
+    return hasher
+
+
+_ANY_URL = "http://recrawler.invalid/"
+
+
+def run_host_batch(
+    root: str | Path,
+    cycle_id: int,
+    batch_name: str,
+    *,
+    settings: FetchSettings | None = None,
+    clock: Callable[[], datetime] | None = None,
+    record_hasher: RecordHasher | None = None,
+    cost_model: CostModel | str = "credits",
+    window_s: float | None = None,
+) -> BatchOutcome:
+    """Fetch one host batch and stage its rows as the batch's part of the cycle.
+
+    Returns the part's path and counts. If the part already exists (a re-run after a
+    crash) it is not fetched again. If fetching fails, every URL of the batch is written
+    as an ``error`` row naming the failure and ``BatchFailedError`` is raised.
+    """
+    wall_start = time.time()
+    folder = work_dir(root, cycle_id)
+    batch_path = folder / "batches" / f"{batch_name}.parquet"
+    part_path = folder / "parts" / f"{batch_name}.parquet"
+    if part_path.exists():
+        return _outcome(batch_name, part_path, 0.0, 0.0, wall_start, resumed=True)
+    if not batch_path.exists():
+        raise CycleInputError(f"no batch {batch_name} for cycle {cycle_id} at {batch_path}")
+    settings = settings or FetchSettings()
+    clock = clock or _utc_now
+    batch = pq.read_table(batch_path)
+    requests = [
+        FetchRequest(
+            r["url"], r["priority"] or 0.0, r["etag"], r["last_modified"], r["record_hash"]
+        )
+        for r in batch.select(
+            ["url", "priority", "etag", "last_modified", "record_hash"]
+        ).to_pylist()
+    ]
+    started = time.perf_counter()
+    try:
+        result = run_coroutine(
+            fetch_batch(
+                requests,
+                cycle_id=int(cycle_id),
+                settings=settings,
+                state=engine_state(settings),
+                window_s=window_s,
+                clock=clock,
+                record_hasher=record_hasher or default_record_hasher(),
+                cost_hook=cost_hook_for(cost_model),
+            )
+        )
+    except Exception as exc:
+        fetch_s = time.perf_counter() - started
+        write_failed_part(root, cycle_id, batch_name, f"batch failed: {exc!r}", clock=clock)
+        raise BatchFailedError(f"{batch_name} of cycle {cycle_id} failed: {exc!r}") from exc
+    fetch_s = time.perf_counter() - started
+    written = time.perf_counter()
+    _write_json(folder / "metrics" / f"{batch_name}.json", metrics_dict(result.metrics))
+    _write_part(result.rows, part_path)
+    return _outcome(batch_name, part_path, fetch_s, time.perf_counter() - written, wall_start)
+
+
+def write_failed_part(
+    root: str | Path,
+    cycle_id: int,
+    batch_name: str,
+    reason: str,
+    *,
+    clock: Callable[[], datetime] | None = None,
+) -> Path:
+    """Record every URL of a batch as an ``error`` attempt with ``reason`` (no request sent)."""
+    folder = work_dir(root, cycle_id)
+    batch = pq.read_table(folder / "batches" / f"{batch_name}.parquet", columns=["url", "host"])
+    at = (clock or _utc_now)()
+    ids = []
+    for url in batch["url"].to_pylist():
+        try:
+            ids.append(url_id(normalize(url)))
+        except InvalidURLError:
+            ids.append(url_id(url.strip()))
+    n = batch.num_rows
+    columns = {
+        "url_id": pa.array(ids, pa.int64()),
+        "host": batch["host"].cast(pa.string()),
+        "cycle_id": pa.array([int(cycle_id)] * n, pa.int64()),
+        "fetched_at": pa.array([at] * n, HISTORY_SCHEMA.field("fetched_at").type),
+        "outcome": pa.array(["error"] * n, pa.string()),
+        "bytes": pa.array([0] * n, pa.int64()),
+        "cost": pa.array([0.0] * n, pa.float64()),
+        "retries": pa.array([0] * n, pa.int16()),
+        "reason": pa.array([reason[:500]] * n, pa.string()),
+    }
+    table = pa.Table.from_arrays(
+        [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in HISTORY_SCHEMA],
+        schema=HISTORY_SCHEMA,
+    )
+    path = folder / "parts" / f"{batch_name}.parquet"
+    _write_part(table, path)
+    return path
+
+
+def _outcome(
+    name: str, part: Path, fetch_s: float, write_s: float, started: float, *, resumed: bool = False
+) -> BatchOutcome:
+    table = pq.read_table(part, columns=["outcome", "bytes", "cost", "reason"])
+    outcome = table["outcome"]
+    observed = pc.is_in(outcome, pa.array(OBSERVATION_OUTCOMES))
+    failed = int(pc.sum(pc.invert(observed)).as_py() or 0)
+    error = None
+    errors = pc.filter(table["reason"], pc.starts_with(table["reason"], "batch failed"))
+    if len(errors):
+        error = errors[0].as_py()
+    return BatchOutcome(
+        name=name,
+        part=str(part),
+        urls=table.num_rows,
+        observations=table.num_rows - failed,
+        failed=failed,
+        bytes=int(pc.sum(table["bytes"]).as_py() or 0),
+        cost=float(pc.sum(table["cost"]).as_py() or 0.0),
+        fetch_s=fetch_s,
+        write_s=write_s,
+        resumed=resumed,
+        error=error,
+        started=started,
+        ended=time.time(),
+    )
+
+
+def metrics_dict(metrics: BatchMetrics) -> dict[str, Any]:
+    data = asdict(metrics)
+    data["pages_per_s"] = metrics.pages_per_s
+    return data
+
+
+def read_batch_metrics(root: str | Path, cycle_id: int) -> list[dict[str, Any]]:
+    """The pressure metrics of every batch that finished (for the reports)."""
+    folder = work_dir(root, cycle_id) / "metrics"
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("batch-*.json"))]
+
+
+# ---------------------------------------------------------------------- commit
+
+
+def commit_cycle(
+    root: str | Path, cycle_id: int, *, clock: Callable[[], datetime] | None = None
+) -> CycleCommit:
+    """Publish every batch's part as the cycle, atomically (see the module docstring).
+
+    A batch without a part (it never ran, or its run was lost) is recorded as ``error``
+    rows first, so its pages are rescheduled rather than forgotten.
+    """
+    wall_start = time.time()
+    started = time.perf_counter()
+    specs = read_batches(root, cycle_id)
+    folder = work_dir(root, cycle_id)
+    missing = 0
+    for spec in specs:
+        if not (folder / "parts" / f"{spec.name}.parquet").exists():
+            missing += 1
+            write_failed_part(
+                root, cycle_id, spec.name, "batch produced no result (not run)", clock=clock
+            )
+    parts = [str(folder / "parts" / f"{spec.name}.parquet") for spec in specs]
+    rows = (
+        pa.concat_tables([pq.read_table(p, schema=HISTORY_SCHEMA) for p in parts])
+        if parts
+        else HISTORY_SCHEMA.empty_table()
+    )
+    store = HistoryStore(root)
+    result: CommitResult = store.write_cycle(int(cycle_id), rows)
+    log.info(
+        "cycle %s committed: %d rows, %d observations, %d batches (%d never ran)",
+        cycle_id,
+        result.rows,
+        result.observations,
+        len(specs),
+        missing,
+    )
+    return CycleCommit(
+        int(cycle_id),
+        result.rows,
+        result.observations,
+        len(specs),
+        missing,
+        time.perf_counter() - started,
+        result.files,
+        wall_start,
+        time.time(),
+    )
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from synchronous code, even under a running loop.
+
+    Prefect may call a sync task body in a thread that already runs an event loop; then
+    the coroutine gets a fresh loop in a helper thread instead of ``asyncio.run`` failing.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="cycle-fetch")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def fixed_clock(at: datetime) -> Callable[[], datetime]:
+    """A clock that always says ``at`` (a simulated cycle instant)."""
+    if at.tzinfo is None:
+        raise CycleInputError(f"a cycle time must be timezone-aware, got {at!r}")
+    return lambda: at
+
+
+def _write_part(table: pa.Table, path: Path) -> None:
+    """Write a part durably and atomically (temporary name, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    pq.write_table(table, tmp)
+    with open(tmp, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, default=str)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,296 @@
+"""Per-cycle reports: the numbers of a committed cycle, hosts under pressure, plots, markdown.
+
+Everything here reads files (the plan, the committed cycle, the batches' metrics) and
+writes under ``<root>/reports/``; no Prefect. The recrawl flow turns the results into keyed
+artifacts. ``reports/cycles.parquet`` keeps one row of numbers per cycle (a re-run replaces
+its row), which is what the freshness-over-cycles plot draws.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from matplotlib.figure import Figure
+
+from models.planning import REASONS
+from tasks.history import HistoryStore, _write_parquet, connect
+
+REPORTS = "reports"
+
+
+@dataclass(frozen=True)
+class CycleNumbers:
+    """What one cycle planned, fetched and found, in the budget's cost units."""
+
+    cycle_id: int
+    at: str
+    budget: float
+    planned_pages: int
+    planned_cost: float
+    fetched: int  # history rows (one per URL attempted or shed)
+    requests_sent: int  # rows that sent a request (not shed, not denied by robots.txt)
+    observations: int  # ok + not_modified
+    changes_found: int
+    unchanged: int  # observations that found no change (wasted for freshness)
+    first_seen: int  # first observations (no previous one to compare with)
+    failed: int
+    cost: float
+    bytes: int
+    expected_changes: float
+    expected_freshness: float  # the allocation's steady-state value-weighted freshness
+    realized_freshness: float  # ground truth at the cycle's end (NaN without a sandbox)
+    failed_batches: int = 0
+    spent_by_slice: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def cost_per_change(self) -> float:
+        return self.cost / self.changes_found if self.changes_found else math.inf
+
+
+_CYCLE_SQL = """
+SELECT count(*) AS fetched,
+       count(*) FILTER (WHERE outcome NOT IN ('shed', 'robots_denied')) AS requests_sent,
+       count(*) FILTER (WHERE outcome IN ('ok', 'not_modified')) AS observations,
+       count(*) FILTER (WHERE changed) AS changes_found,
+       count(*) FILTER (WHERE changed = false) AS unchanged,
+       count(*) FILTER (WHERE outcome IN ('ok', 'not_modified') AND changed IS NULL)
+           AS first_seen,
+       count(*) FILTER (WHERE outcome NOT IN ('ok', 'not_modified')) AS failed,
+       coalesce(sum(cost), 0) AS cost,
+       coalesce(sum(bytes), 0) AS bytes
+FROM cycle_rows
+"""
+
+
+def plan_summary(plan_path: str | Path) -> dict[str, float]:
+    """The plan's summary numbers (from the JSON the plan task wrote, else from the plan)."""
+    plan_path = Path(plan_path)
+    side = plan_path.with_name(plan_path.name.replace(".parquet", ".summary.json"))
+    if side.exists():
+        data: dict[str, float] = json.loads(side.read_text())
+        return data
+    plan = pd.read_parquet(plan_path, columns=["reason", "cost", "p_changed"])
+    spent = plan.groupby("reason")["cost"].sum()
+    return {
+        "pages": float(len(plan)),
+        "spent": float(plan["cost"].sum()),
+        "expected_changes": float(plan["p_changed"].sum()),
+        **{f"spent_{name}": float(spent.get(name, 0.0)) for name in REASONS},
+    }
+
+
+def cycle_numbers(
+    root: str | Path,
+    cycle_id: int,
+    plan: dict[str, float],
+    *,
+    at: str = "",
+    realized_freshness: float = math.nan,
+    failed_batches: int = 0,
+) -> CycleNumbers:
+    """Count what the committed cycle holds (one DuckDB pass over its file)."""
+    store = HistoryStore(root)
+    con = connect()
+    files = store.files([int(cycle_id)])
+    con.register("cycle_rows", con.read_parquet(files, union_by_name=True))
+    row = con.sql(_CYCLE_SQL).fetchall()[0]
+    names = [
+        "fetched",
+        "requests_sent",
+        "observations",
+        "changes_found",
+        "unchanged",
+        "first_seen",
+        "failed",
+        "cost",
+        "bytes",
+    ]
+    counts = dict(zip(names, row, strict=True))
+    return CycleNumbers(
+        cycle_id=int(cycle_id),
+        at=at,
+        budget=float(plan.get("budget", math.nan)),
+        planned_pages=int(plan.get("pages", 0)),
+        planned_cost=float(plan.get("spent", 0.0)),
+        fetched=int(counts["fetched"]),
+        requests_sent=int(counts["requests_sent"]),
+        observations=int(counts["observations"]),
+        changes_found=int(counts["changes_found"]),
+        unchanged=int(counts["unchanged"]),
+        first_seen=int(counts["first_seen"]),
+        failed=int(counts["failed"]),
+        cost=float(counts["cost"]),
+        bytes=int(counts["bytes"]),
+        expected_changes=float(plan.get("expected_changes", math.nan)),
+        expected_freshness=float(plan.get("allocated_expected_freshness", math.nan)),
+        realized_freshness=float(realized_freshness),
+        failed_batches=int(failed_batches),
+        spent_by_slice={name: float(plan.get(f"spent_{name}", 0.0)) for name in REASONS},
+    )
+
+
+def hosts_under_pressure(metrics: list[dict[str, Any]], *, limit: int = 50) -> pd.DataFrame:
+    """Hosts whose adaptive limit fell, that throttled, or that are paused, worst first.
+
+    ``metrics`` are the batches' ``BatchMetrics`` as dicts; a host's retry ratio is its
+    batch's (the engine counts retries per batch).
+    """
+    rows = []
+    for batch in metrics:
+        for host, p in batch.get("hosts", {}).items():
+            pressured = p["throttles"] > 0 or p["lowest_limit"] < 1.0 or p["paused_s"] > 0
+            if pressured or batch.get("retry_ratio", 0.0) > 0.2:
+                rows.append(
+                    {
+                        "host": host,
+                        "requests": p["requests"],
+                        "throttles": p["throttles"],
+                        "limit": round(p["limit"], 3),
+                        "lowest_limit": round(p["lowest_limit"], 3),
+                        "paused_s": round(p["paused_s"], 1),
+                        "batch_retry_ratio": round(batch.get("retry_ratio", 0.0), 3),
+                    }
+                )
+    frame = pd.DataFrame(
+        rows,
+        columns=[
+            "host",
+            "requests",
+            "throttles",
+            "limit",
+            "lowest_limit",
+            "paused_s",
+            "batch_retry_ratio",
+        ],
+    )
+    frame = frame.sort_values(["lowest_limit", "throttles"], ascending=[True, False])
+    return frame.head(limit).reset_index(drop=True)
+
+
+def record_cycle(root: str | Path, numbers: CycleNumbers) -> pd.DataFrame:
+    """Add (or replace) the cycle's row in ``reports/cycles.parquet``; return all rows."""
+    path = Path(root) / REPORTS / "cycles.parquet"
+    row = {k: v for k, v in asdict(numbers).items() if k != "spent_by_slice"}
+    row["cost_per_change"] = numbers.cost_per_change
+    for name, value in numbers.spent_by_slice.items():
+        row[f"spent_{name}"] = value
+    new = pd.DataFrame([row])
+    if path.exists():
+        old = pd.read_parquet(path)
+        new = pd.concat([old[old["cycle_id"] != numbers.cycle_id], new], ignore_index=True)
+    new = new.sort_values("cycle_id").reset_index(drop=True)
+    _write_parquet(pa.Table.from_pandas(new, preserve_index=False), path)
+    return new
+
+
+def report_dir(root: str | Path, cycle_id: int) -> Path:
+    return Path(root) / REPORTS / f"cycle={int(cycle_id)}"
+
+
+def write_plots(
+    root: str | Path,
+    cycle_id: int,
+    cycles: pd.DataFrame,
+    numbers: CycleNumbers,
+    rates: np.ndarray,
+) -> dict[str, Path]:
+    """Freshness over cycles, budget by slice, rate distribution: PNGs in the cycle's folder."""
+    folder = report_dir(root, cycle_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+
+    fig = Figure(figsize=(6, 3.2), layout="constrained")
+    ax = fig.subplots()
+    ax.plot(cycles["cycle_id"], cycles["expected_freshness"], marker=".", label="expected (model)")
+    if cycles["realized_freshness"].notna().any():
+        ax.plot(
+            cycles["cycle_id"], cycles["realized_freshness"], marker=".", label="realized (truth)"
+        )
+    ax.set_xlabel("cycle")
+    ax.set_ylabel("freshness")
+    ax.set_ylim(0, 1)
+    ax.legend(loc="lower right")
+    paths["freshness"] = folder / "freshness.png"
+    fig.savefig(paths["freshness"], dpi=100)
+
+    fig = Figure(figsize=(6, 3.2), layout="constrained")
+    ax = fig.subplots()
+    names = list(numbers.spent_by_slice)
+    ax.bar(names, [numbers.spent_by_slice[n] for n in names], color="tab:blue")
+    ax.set_ylabel("budget spent (planned)")
+    ax.set_title(f"cycle {cycle_id}: budget by slice")
+    paths["budget"] = folder / "budget_by_slice.png"
+    fig.savefig(paths["budget"], dpi=100)
+
+    fig = Figure(figsize=(6, 3.2), layout="constrained")
+    ax = fig.subplots()
+    positive = rates[np.isfinite(rates) & (rates > 0)]
+    if positive.size:
+        ax.hist(np.log10(positive), bins=40, color="tab:green")
+    ax.set_xlabel("log10 estimated change rate (per day)")
+    ax.set_ylabel("pages")
+    paths["rates"] = folder / "rate_distribution.png"
+    fig.savefig(paths["rates"], dpi=100)
+    return paths
+
+
+def summary_markdown(
+    numbers: CycleNumbers, pressure: pd.DataFrame, plots: dict[str, Path], cost_model: str
+) -> str:
+    """The cycle's summary as markdown (the flow's keyed ``recrawl-summary`` artifact)."""
+    n = numbers
+    realized = (
+        "n/a (no ground truth)"
+        if math.isnan(n.realized_freshness)
+        else (f"{n.realized_freshness:.3f}")
+    )
+    lines = [
+        f"# Recrawl cycle {n.cycle_id}" + (f" ({n.at})" if n.at else ""),
+        "",
+        "| | |",
+        "|---|---|",
+        f"| budget ({cost_model}) | {n.budget:,.1f} |",
+        f"| planned pages / cost | {n.planned_pages:,} / {n.planned_cost:,.1f} |",
+        f"| pages fetched (rows) | {n.fetched:,} ({n.requests_sent:,} sent a request) |",
+        f"| observations | {n.observations:,} |",
+        f"| changes found | {n.changes_found:,} (expected {n.expected_changes:,.1f}) |",
+        f"| fetches that found no change | {n.unchanged:,} |",
+        f"| first observations | {n.first_seen:,} |",
+        f"| failed attempts | {n.failed:,} ({n.failed_batches} failed batches) |",
+        f"| cost | {n.cost:,.2f} |",
+        f"| cost per change detected | {n.cost_per_change:,.3f} |",
+        f"| expected freshness (model) | {n.expected_freshness:.3f} |",
+        f"| realized freshness (truth) | {realized} |",
+        "",
+        "## Budget by slice (planned)",
+        "",
+        "| slice | spent |",
+        "|---|---|",
+        *[f"| {name} | {value:,.1f} |" for name, value in n.spent_by_slice.items()],
+        "",
+        f"## Hosts under pressure: {len(pressure)}",
+        "",
+    ]
+    if len(pressure):
+        lines.append(markdown_table(pressure.head(10)))
+        lines.append("")
+    lines.append("## Plots")
+    lines.append("")
+    for name, path in plots.items():
+        lines.append(f"- [{name}]({Path(path).resolve().as_uri()})")
+    return "\n".join(lines) + "\n"
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A DataFrame as a markdown table (no extra dependency)."""
+    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "|" + "---|" * len(frame.columns)
+    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
