@@ -15,6 +15,10 @@ has one fixed name per batch, so nothing is counted twice. A batch that fails re
 URLs as ``error`` rows naming the failure (failed attempts are not observations, so the
 planner reschedules those pages); a batch that never ran gets such rows at commit.
 
+Raw exchanges (on by default, ``run_host_batch(warc=...)``) go to WARC files under
+``<root>/warc/cycle=<id>/``, one writer per batch, closed before the batch's part is written:
+a part (hence the committed history) only ever names complete, published WARC files.
+
 A *host batch* holds the URLs of one or more whole hosts (small hosts are packed together,
 at most ``max_hosts`` of them) or one slice of a large host (at most ``max_urls`` URLs);
 the flow tags it ``host:<name>`` for each of its hosts. Packing matters: every tagged task
@@ -45,14 +49,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from models.cost import COST_MODELS, CostModel
+from models.extract import DEFAULT_RULES, extract
+from models.extract_rules import ExtractionRules
 from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
 from models.urls import InvalidURLError, normalize, url_id
 from tasks.catalog import CatalogStore
 from tasks.fetch import EngineState, FetchRequest, fetch_batch
 from tasks.fetch_metrics import BatchMetrics
-from tasks.fetch_rows import AttemptCost, CostHook, RecordHasher
+from tasks.fetch_rows import AttemptCost, CostHook, RecordDigest, RecordHasher
 from tasks.fetch_settings import FetchSettings
 from tasks.history import CommitResult, HistoryStore, connect
+from tasks.warc import WarcSettings, WarcWriter
 
 log = logging.getLogger(__name__)
 
@@ -359,25 +366,17 @@ def cost_hook_for(model: CostModel | str) -> CostHook:
     return hook
 
 
-def default_record_hasher() -> RecordHasher:
-    """The record hash of the content work (``models.extract``): noise is not a change.
+def default_record_hasher(rules: ExtractionRules = DEFAULT_RULES) -> RecordHasher:
+    """The extracted record's hash and simhash (``models.extract``): noise is not a change.
 
-    Falls back to the fetch engine's body hash if the extractor cannot be imported.
+    ``rules`` choose the fields per URL (the page's final URL, as the engine passes it).
     """
-    try:
-        from models.extract import extract
-    except ImportError:  # pragma: no cover - the extractor ships with the project
-        from tasks.fetch_rows import record_hash
 
-        return record_hash
-
-    def hasher(body: bytes, content_type: str | None) -> str:
-        return extract(body, content_type or "text/html", _ANY_URL).record_hash
+    def hasher(body: bytes, content_type: str | None, url: str) -> RecordDigest:
+        record = extract(body, content_type or "", url, rules)
+        return RecordDigest(record.record_hash, record.simhash)
 
     return hasher
-
-
-_ANY_URL = "http://recrawler.invalid/"
 
 
 def run_host_batch(
@@ -390,12 +389,17 @@ def run_host_batch(
     record_hasher: RecordHasher | None = None,
     cost_model: CostModel | str = "credits",
     window_s: float | None = None,
+    warc: bool | WarcSettings = True,
 ) -> BatchOutcome:
     """Fetch one host batch and stage its rows as the batch's part of the cycle.
 
     Returns the part's path and counts. If the part already exists (a re-run after a
     crash) it is not fetched again. If fetching fails, every URL of the batch is written
     as an ``error`` row naming the failure and ``BatchFailedError`` is raised.
+
+    ``warc`` (True, or ``WarcSettings``; False turns it off) archives the batch's exchanges
+    through one ``WarcWriter`` (part name: the batch's), closed before the part is written.
+    A failed batch's open file is dropped; files it already published are named by no row.
     """
     wall_start = time.time()
     folder = work_dir(root, cycle_id)
@@ -417,6 +421,10 @@ def run_host_batch(
         ).to_pylist()
     ]
     started = time.perf_counter()
+    writer = None
+    if warc is not False:
+        warc_settings = warc if isinstance(warc, WarcSettings) else None
+        writer = WarcWriter(root, int(cycle_id), settings=warc_settings, part=batch_name)
     try:
         result = run_coroutine(
             fetch_batch(
@@ -428,10 +436,14 @@ def run_host_batch(
                 clock=clock,
                 record_hasher=record_hasher or default_record_hasher(),
                 cost_hook=cost_hook_for(cost_model),
+                warc=writer,
             )
         )
+        if writer is not None:
+            writer.close()  # before the part: rows must only name published files
     except Exception as exc:
-        fetch_s = time.perf_counter() - started
+        if writer is not None:
+            writer.abort()
         write_failed_part(root, cycle_id, batch_name, f"batch failed: {exc!r}", clock=clock)
         raise BatchFailedError(f"{batch_name} of cycle {cycle_id} failed: {exc!r}") from exc
     fetch_s = time.perf_counter() - started

@@ -12,6 +12,10 @@ budget, and a 509 from the API stops the batch with every unsent URL recorded.
 
 What lives across batches (per-host pacing and limits, validator trust, robots.txt cache,
 the API's learned limit) is in ``EngineState``: pass the same one to consecutive batches.
+
+With a ``tasks.warc.WarcWriter`` every answered page exchange (redirect hops and retries too;
+not robots.txt, not a scraping API's own refusals) is archived as it completes, and each row
+names its final exchange's record in ``warc_file``/``warc_offset``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import httpx
@@ -36,6 +41,7 @@ from tasks.fetch_metrics import BatchMetrics, HostPressure
 from tasks.fetch_rows import (
     AttemptCost,
     CostHook,
+    RecordDigest,
     RecordHasher,
     Row,
     default_cost,
@@ -48,6 +54,9 @@ from tasks.http_attempt import Attempt, BodyLimits, PageLimits, Route, fetch_pag
 from tasks.http_client import make_client
 from tasks.idle_workers import IdleWorkers
 from tasks.robots import fetch_robots, interpret_robots
+
+if TYPE_CHECKING:
+    from tasks.warc import WarcLocation, WarcWriter
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +78,16 @@ async def fetch_batch(
     clock: Callable[[], datetime] | None = None,
     record_hasher: RecordHasher = record_hash,
     cost_hook: CostHook = default_cost,
+    warc: WarcWriter | None = None,
 ) -> BatchResult:
     """Fetch a batch of URLs and return one history row per distinct URL plus metrics.
 
     ``window_s`` is the batch's time window: what cannot be fetched within it is shed
     (lowest priority first) and recorded as ``shed``. ``clock`` gives ``fetched_at`` and
     robots.txt expiry (default: UTC wall clock; the sandbox passes its simulated clock).
+    ``record_hasher(body, content_type, final_url)`` gives an ``ok`` body's record hash (or a
+    ``RecordDigest`` with its simhash too). ``warc``: archive every answered exchange there
+    (None: nothing is archived; the caller closes the writer before committing the rows).
     """
     settings = settings or FetchSettings()
     if state is None:
@@ -83,7 +96,7 @@ async def fetch_batch(
         state.settings = settings
     if window_s is not None and window_s <= 0:
         raise ValueError(f"window_s must be > 0 seconds, got {window_s}")
-    batch = _Batch(settings, state, clock or _utc_now, record_hasher, cost_hook)
+    batch = _Batch(settings, state, clock or _utc_now, record_hasher, cost_hook, warc)
     async with make_client(settings) as client:
         return await batch.run(client, requests, cycle_id, window_s)
 
@@ -107,12 +120,15 @@ class _Batch:
         clock: Callable[[], datetime],
         hasher: RecordHasher,
         cost_hook: CostHook,
+        warc: WarcWriter | None = None,
     ) -> None:
         self.settings = settings
         self.state = state
         self.clock = clock
         self.hasher = hasher
         self.cost_hook = cost_hook
+        self.warc = warc
+        self.warc_failures = 0
         self.rng = random.Random(settings.seed)
         self.route = Route(settings.mode, settings.api_url)
         self.page_limits = PageLimits(
@@ -354,6 +370,7 @@ class _Batch:
             # rather than leave it idle in the pool, where it only costs (httpx's own pool
             # rescans idle connections on every request).
             close=item.last_for_host and lane_state.in_flight == 1,
+            archive=self._archive if self.warc is not None else None,
         )
         now = self.loop.time()
         self.attempts += 1
@@ -374,15 +391,37 @@ class _Batch:
             item, now, attempt.duration_s, _signal(attempt), retry_after_s=attempt.retry_after_s
         )
         record = None
+        digest: RecordDigest | None = None
         if attempt.outcome == "ok" and attempt.body is not None:
-            record = self.hasher(attempt.body, attempt.content_type)
+            hashed = self.hasher(attempt.body, attempt.content_type, attempt.final_url or item.url)
+            digest = hashed if isinstance(hashed, RecordDigest) else RecordDigest(hashed)
+            record = digest.record_hash
             if request.etag is not None or request.last_modified is not None:
                 self._judge_validators(request, lane_state, attempt, record, conditional, probe)
         elif attempt.outcome == "not_modified":
             lane_state.trust = lane_state.trust.record_not_modified()
         if attempt.retryable and self._retry(item, attempt, now, count_attempt=True):
             return
-        self._finish(item, attempt, record_hash=record)
+        self._finish(item, attempt, record=digest)
+
+    def _archive(self, response: httpx.Response, body: bytes, target: str) -> WarcLocation | None:
+        """Store one answered exchange (the ``Archiver`` of ``fetch_page``).
+
+        A failing archive (disk full) must not lose the observation: the row then names no
+        record, and the first failure is logged.
+        """
+        from tasks.warc import WarcError, write_httpx_exchange
+
+        assert self.warc is not None
+        try:
+            return write_httpx_exchange(
+                self.warc, response, body, target=target, fetched_at=self.clock()
+            )
+        except (WarcError, OSError) as exc:
+            self.warc_failures += 1
+            if self.warc_failures == 1:
+                log.error("WARC archiving failed (rows will name no record): %s", exc)
+            return None
 
     def _judge_validators(
         self,
@@ -471,9 +510,9 @@ class _Batch:
         attempt: Attempt,
         note: str | None = None,
         *,
-        record_hash: str | None = None,
+        record: RecordDigest | None = None,
     ) -> None:
-        """Write the URL's row from its final attempt (``record_hash`` of an ``ok`` body)."""
+        """Write the URL's row from its final attempt (``record`` of an ``ok`` body)."""
         request = self.requests[item.index]
         row = Row(
             url_id(item.url),
@@ -489,8 +528,12 @@ class _Batch:
             retries=item.attempts,
             reason=attempt.reason if note is None else f"{attempt.reason}; {note}",
         )
-        if attempt.outcome == "ok":
-            row.record_hash = record_hash
+        if attempt.warc is not None:
+            row.warc_file = attempt.warc.file
+            row.warc_offset = attempt.warc.offset
+        if attempt.outcome == "ok" and record is not None:
+            row.record_hash = record.record_hash
+            row.simhash = record.simhash
         elif attempt.outcome == "not_modified":
             row.changed = False
             row.record_hash = request.record_hash

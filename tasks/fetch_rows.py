@@ -1,8 +1,9 @@
 """History rows of a fetch batch: one per URL, in ``models.schemas.HISTORY_SCHEMA``.
 
-Also the two hooks a later issue swaps out: ``record_hash`` (today a hash of the body; the
-content issue replaces it with the hash of the extracted record, so noise such as a served-at
-timestamp stops looking like a change) and ``default_cost`` (bandwidth or API credits).
+Also the engine's two hooks: a ``RecordHasher`` (``record_hash`` here hashes the raw body;
+the recrawl cycle passes the extracted record's hash, ``tasks.cycle.default_record_hasher``,
+so noise such as a served-at timestamp stops looking like a change) and ``default_cost``
+(bandwidth or API credits).
 """
 
 from __future__ import annotations
@@ -16,12 +17,23 @@ import pyarrow as pa
 
 from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
 
-RecordHasher = Callable[[bytes, str | None], str]
+
+@dataclass(frozen=True, slots=True)
+class RecordDigest:
+    """What a record hasher may return instead of a bare hash: the hash and the simhash."""
+
+    record_hash: str
+    simhash: int | None = None
 
 
-def record_hash(body: bytes, content_type: str | None) -> str:
-    """Hash of a page's record: for now BLAKE2b-128 of the body (see the module docstring)."""
-    del content_type  # the record extractor will dispatch on it
+#: ``hasher(body, content_type, url)``: ``url`` is the final (normalized) URL of the answer,
+#: so per-URL extraction rules apply; returns the record hash or a ``RecordDigest``.
+RecordHasher = Callable[[bytes, str | None, str], str | RecordDigest]
+
+
+def record_hash(body: bytes, content_type: str | None, url: str | None = None) -> str:
+    """The raw-body hasher: BLAKE2b-128 of the body (no extraction; see the module docstring)."""
+    del content_type, url  # every byte counts, whatever the type or page
     return hashlib.blake2b(body, digest_size=16).hexdigest()
 
 
@@ -65,6 +77,9 @@ class Row:
     cost: float = 0.0
     retries: int = 0
     reason: str | None = None
+    simhash: int | None = None
+    warc_file: str | None = None
+    warc_offset: int | None = None
 
 
 def rows_table(rows: list[Row], cycle_id: int) -> pa.Table:
@@ -88,6 +103,9 @@ def rows_table(rows: list[Row], cycle_id: int) -> pa.Table:
         "cost": pa.array([r.cost for r in rows], pa.float64()),
         "retries": pa.array([r.retries for r in rows], pa.int16()),
         "reason": pa.array([r.reason for r in rows], pa.string()),
+        "simhash": pa.array([r.simhash for r in rows], pa.int64()),
+        "warc_file": pa.array([r.warc_file for r in rows], pa.string()),
+        "warc_offset": pa.array([r.warc_offset for r in rows], pa.int64()),
     }
     arrays = [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in HISTORY_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=HISTORY_SCHEMA)

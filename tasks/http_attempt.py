@@ -5,6 +5,10 @@ see ``Route``), follows same-host redirects itself, reads the body through the g
 ``tasks.response_guard`` within one total timeout, and returns an ``Attempt``: the outcome
 for the history row, the reason, and the signals the scheduler routes (a host's throttle or a
 plan limit of the API). It never raises for anything the network or the server does.
+
+With an ``Archiver`` (the engine's WARC hook) every exchange that got an answer and whose body
+was read within the limits is handed over as it completes, redirect hops included; the
+location of the last one travels in ``Attempt.warc``.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import asyncio
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
@@ -29,6 +33,13 @@ from tasks.response_guard import (
     head_size,
     looks_like_challenge,
 )
+
+if TYPE_CHECKING:
+    from tasks.warc import WarcLocation
+
+#: ``archive(response, body, target)``: store one answered exchange (``target`` is the page,
+#: also when the request went to a scraping API); returns where, or None if not stored.
+Archiver = Callable[[httpx.Response, bytes, str], "WarcLocation | None"]
 
 #: Bytes of a non-2xx body read (for challenge detection and to keep the connection).
 ERROR_BODY_BYTES = 64 * 1024
@@ -70,6 +81,7 @@ class Exchange:
     wire_bytes: int
     failure: BodyLimitError | None
     plan_limit: str | None
+    warc: WarcLocation | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +99,13 @@ async def exchange(
     url: str,
     headers: dict[str, str],
     limits: BodyLimits,
+    archive: Archiver | None = None,
 ) -> Exchange:
-    """Send one GET and read its body through the guard rails (may raise httpx errors)."""
+    """Send one GET and read its body through the guard rails (may raise httpx errors).
+
+    ``archive`` gets the exchange once its body is read, unless a guard rail broke (no
+    partial body is stored) or the answer is a scraping API's own refusal (not the page's).
+    """
     request = client.build_request("GET", route.request_url(url), headers=headers)
     sent = head_size(f"GET {request.url.raw_path.decode()} HTTP/1.1", request.headers.raw)
     response = await client.send(request, stream=True)
@@ -123,7 +140,10 @@ async def exchange(
         start_line = f"HTTP/1.1 {status} {response.reason_phrase}"
         received = head_size(start_line, response.headers.raw) + response.num_bytes_downloaded
         plan = route.plan_limit(status, headers)
-        return Exchange(status, headers, body, sent + received, failure, plan)
+        stored = None
+        if archive is not None and failure is None and plan is None:
+            stored = archive(response, body, url)
+        return Exchange(status, headers, body, sent + received, failure, plan, stored)
     finally:
         await response.aclose()
 
@@ -156,6 +176,7 @@ class Attempt:
     plan_limit: str | None = None  # "concurrency" (plan 429) or "credits" (509)
     challenge: bool = False
     retryable: bool = False
+    warc: WarcLocation | None = None  # the archived last exchange, if archiving is on
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,12 +195,14 @@ async def fetch_page(
     robots_reason: Callable[[str], str | None],
     *,
     close: bool = False,
+    archive: Archiver | None = None,
 ) -> Attempt:
     """Fetch ``url`` once (following same-host redirects); never raises for network trouble.
 
     ``conditional`` headers go on the first hop only (they belong to this URL);
     ``robots_reason(url)`` names the rule that denies a redirect target, or None; ``close``
-    asks the server to close the connection after the answer (the host's last request).
+    asks the server to close the connection after the answer (the host's last request);
+    ``archive`` stores every answered exchange (see ``exchange``).
     """
     started = time.monotonic()
     wire = 0
@@ -190,7 +213,7 @@ async def fetch_page(
             headers = {**conditional, "Connection": "close"} if close else conditional
             sent_conditional = bool(conditional)
             for _hop in range(limits.max_redirects + 1):
-                ex = await exchange(client, route, current, headers, limits.body)
+                ex = await exchange(client, route, current, headers, limits.body, archive)
                 wire += ex.wire_bytes
                 if ex.status not in REDIRECT_STATUS or ex.plan_limit or ex.failure:
                     duration = time.monotonic() - started
@@ -213,9 +236,8 @@ async def fetch_page(
                 current = target
                 headers = {"Connection": "close"} if close else {}
                 sent_conditional = False
-            return _finish(
-                "redirect", ex.status, f"more than {limits.max_redirects} redirects", wire, started
-            )
+            too_many = f"more than {limits.max_redirects} redirects"
+            return _finish("redirect", ex.status, too_many, wire, started, ex)
     except TimeoutError:
         return _failure(
             "timeout", f"no complete answer within {limits.timeout_s:g} s", wire, started
@@ -252,6 +274,7 @@ def _judge(ex: Exchange, conditional: bool, url: str, wire: int, duration: float
         "etag": headers.get("etag"),
         "last_modified": headers.get("last-modified"),
         "content_type": headers.get("content-type"),
+        "warc": ex.warc,
     }
     if ex.plan_limit == "credits" or (ex.plan_limit and status == 509):
         return Attempt("api_exhausted", status, "scraping API credits exhausted (509)", **common)
@@ -308,6 +331,7 @@ def _finish(
         duration_s=time.monotonic() - started,
         retryable=is_retryable(outcome, status),
         content_type=None if ex is None else ex.headers.get("content-type"),
+        warc=None if ex is None else ex.warc,
     )
 
 

@@ -13,7 +13,7 @@ from tasks.fetch_settings import FetchSettings
 _ARTICLE = re.compile(rb"<article.*?</article>", re.S)
 
 
-def article_hash(body: bytes, content_type: str | None) -> str:
+def article_hash(body: bytes, content_type: str | None, url: str | None = None) -> str:
     """Record hash of a sandbox page: its <article> only (noise lives outside it)."""
     match = _ARTICLE.search(body)
     return hashlib.blake2b(match.group(0) if match else body, digest_size=16).hexdigest()
