@@ -25,7 +25,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 types: $(STAMP)
-	$(BIN)/mypy models
+	$(BIN)/mypy models sandbox
 
 pytest: $(STAMP)
 	$(BIN)/pytest
