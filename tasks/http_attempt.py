@@ -18,12 +18,12 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 
 from models.politeness import RETRYABLE_STATUS, is_retryable, parse_retry_after
-from models.urls import InvalidURLError, normalize
+from models.urls import InvalidURLError, normalize, resolve
 from tasks.http_client import TRANSPORT_ERRORS
 from tasks.response_guard import (
     BodyLimitError,
@@ -253,7 +253,7 @@ async def fetch_page(
 def _redirect_target(current: str, location: str, visited: set[str]) -> tuple[str, str | None]:
     """The normalized redirect target, or why it is not followed."""
     try:
-        target = normalize(urljoin(current, location))
+        target = normalize(resolve(current, location))
     except InvalidURLError as exc:
         return location, f"redirect to a bad URL: {exc}"
     if urlsplit(target).netloc != urlsplit(current).netloc:

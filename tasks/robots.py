@@ -12,7 +12,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 from protego import Protego
@@ -24,6 +24,7 @@ from models.robots_policy import (
     robots_text,
     verdict_for_status,
 )
+from models.urls import resolve
 from tasks.http_attempt import REDIRECT_STATUS, BodyLimits, Route, exchange
 from tasks.http_client import TRANSPORT_ERRORS
 
@@ -96,7 +97,7 @@ async def fetch_robots(
                     return RobotsFetch(None, b"", detail, wire, duration, plan_limit=ex.plan_limit)
                 location = ex.headers.get("location")
                 if ex.status in REDIRECT_STATUS and location:
-                    url = urljoin(url, location)
+                    url = resolve(url, location)
                     continue
                 if ex.failure is not None:
                     detail = ex.failure.reason
