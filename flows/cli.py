@@ -84,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     hist.add_argument("action", choices=["cycles", "rebuild-stats"])
     hist.add_argument("--root", type=Path, default=Path("data"))
 
+    from flows.policy_backtest import add_backtest_arguments
+
+    backtest = sub.add_parser(
+        "backtest", help="compare recrawl policies on a simulated web under one daily budget"
+    )
+    add_backtest_arguments(backtest)
+
     from sandbox.cli import add_serve_arguments
 
     sandbox = sub.add_parser("sandbox", help="serve the sandbox web on loopback (Ctrl-C stops)")
@@ -279,6 +286,12 @@ def _sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def _backtest(args: argparse.Namespace) -> int:
+    from flows.policy_backtest import run_from_args
+
+    return run_from_args(args)
+
+
 _COMMANDS = {
     "demo": _demo,
     "synthetic": _synthetic,
@@ -289,6 +302,7 @@ _COMMANDS = {
     "discover": _discover,
     "fetch": _fetch,
     "sandbox": _sandbox,
+    "backtest": _backtest,
 }
 
 if __name__ == "__main__":

@@ -1,0 +1,208 @@
+"""What a backtest crawler learns from its own fetches, and the rate estimators it can use.
+
+:class:`PageObservations` keeps, per page, exactly the sufficient statistics the history
+store keeps (``PageMoments``: observed intervals, those that saw a change, unchanged days,
+sums of the first three powers of the changed intervals) plus the time of the last visit,
+updated in place from each day's fetches. A learner turns them into rates:
+
+* :class:`EmpiricalBayesLearner` - the planner's estimator (``estimate_from_moments``:
+  MLE with the empirical-Bayes Gamma prior per group), the prior refitted on a schedule;
+* :class:`NaiveLearner` - changes / time observed (Cho & Garcia-Molina's naive estimator);
+* :class:`OracleLearner` - the true rates (the oracle bound only; it is the one learner
+  built from the ground truth).
+
+No learner but the oracle ever holds a reference to the truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from models.backtest_prior import DecayedMoments, MixturePrior, fit_mixture_prior
+from models.backtest_web import BacktestInputError, FloatArray, IntArray, RateSchedule
+from models.change_rate import MAX_RATE, MIN_RATE, estimate_from_moments
+from models.rate_data import GammaPrior, PageMoments
+from models.rate_prior import fit_group_priors
+
+BoolArray = np.ndarray
+
+
+class PageObservations:
+    """Per-page sufficient statistics of a crawler's own observations (updated in place).
+
+    Every page starts with one observation at day 0 (the seed crawl every policy shares),
+    so the first revisit of a page yields its first interval.
+    """
+
+    def __init__(self, n_pages: int, *, recent_half_life: float | None = None) -> None:
+        self.size = n_pages
+        self.recent = DecayedMoments.zeros(n_pages) if recent_half_life else None
+        self._half_life = recent_half_life or np.inf
+        self._decayed_to = 0.0
+        self.last_fetch = np.zeros(n_pages)
+        self.n_intervals = np.zeros(n_pages, dtype=np.int64)
+        self.n_changed = np.zeros(n_pages, dtype=np.int64)
+        self.unchanged_days = np.zeros(n_pages)
+        self.changed_sum = np.zeros(n_pages)
+        self.changed_sum_sq = np.zeros(n_pages)
+        self.changed_sum_cube = np.zeros(n_pages)
+
+    def record(self, day: float, pages: IntArray, changed: BoolArray) -> FloatArray:
+        """Add the observations of ``pages`` fetched at ``day``; returns their intervals."""
+        interval = day - self.last_fetch[pages]
+        if pages.shape[0] and not (interval > 0).all():
+            raise BacktestInputError("a page was observed twice at the same time")
+        hit = np.asarray(changed, dtype=bool)
+        t_changed = np.where(hit, interval, 0.0)
+        self.n_intervals[pages] += 1
+        self.n_changed[pages] += hit
+        self.unchanged_days[pages] += np.where(hit, 0.0, interval)
+        self.changed_sum[pages] += t_changed
+        self.changed_sum_sq[pages] += t_changed**2
+        self.changed_sum_cube[pages] += t_changed**3
+        self.last_fetch[pages] = day
+        if self.recent is not None:
+            self.recent.decay(0.5 ** ((day - self._decayed_to) / self._half_life))
+            self._decayed_to = day
+            self.recent.add(pages, hit, interval)
+        return interval
+
+    def days_since(self, day: float) -> FloatArray:
+        return day - self.last_fetch
+
+    def moments(self) -> PageMoments:
+        """The statistics as the estimators take them (views, not copies)."""
+        return PageMoments(
+            np.arange(self.size, dtype=np.int64),
+            self.n_intervals,
+            self.n_changed,
+            self.unchanged_days,
+            self.changed_sum,
+            self.changed_sum_sq,
+            self.changed_sum_cube,
+        )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Per-page rates (changes/day) and the standard error of their logarithm."""
+
+    rate: FloatArray
+    log_std: FloatArray
+
+
+class RateLearner(Protocol):
+    """Turns a crawler's observations into per-page rate estimates on a given day."""
+
+    name: str
+
+    def estimate(self, observations: PageObservations, day: int) -> Estimate: ...
+
+
+#: Days on which the empirical-Bayes prior is refitted: daily in the first week (when it
+#: moves most), then weekly. Between refits the last prior is reused (the per-page
+#: posteriors are still recomputed from all observations).
+def default_refit_days(day: int) -> bool:
+    return day <= 7 or day % 7 == 1
+
+
+PriorFitter = Callable[[PageMoments, IntArray], GammaPrior]
+
+
+class EmpiricalBayesLearner:
+    """The planner's estimator: posterior modes under Gamma priors fitted per group."""
+
+    def __init__(
+        self,
+        groups: IntArray,
+        *,
+        refit: Callable[[int], bool] = default_refit_days,
+        fit_prior: PriorFitter | None = None,
+        name: str = "empirical Bayes",
+    ) -> None:
+        self.name = name
+        self._groups = groups
+        self._refit = refit
+        self._fit_prior: PriorFitter = fit_prior or _fit_shared_library_prior
+        self._prior: GammaPrior | None = None
+
+    def estimate(self, observations: PageObservations, day: int) -> Estimate:
+        moments = observations.moments()
+        if self._prior is None or self._refit(day):
+            self._prior = self._fit_prior(moments, self._groups)
+        est = estimate_from_moments(moments, prior=self._prior)
+        return Estimate(est.rate, est.log_std)
+
+
+def _fit_shared_library_prior(moments: PageMoments, groups: IntArray) -> GammaPrior:
+    return fit_group_priors(moments, groups)
+
+
+class MixturePriorLearner:
+    """Posterior modes under the robust group prior of ``models/backtest_prior.py``.
+
+    The mixture is refitted on ``refit`` days (warm-started from the last fit); every day
+    each page gets the component its observations make more probable.
+    """
+
+    def __init__(
+        self,
+        groups: IntArray,
+        *,
+        refit: Callable[[int], bool] = default_refit_days,
+        recent_half_life: float | None = None,
+        discount_pages: bool = False,
+        name: str = "mixture prior",
+    ) -> None:
+        self.name = name
+        self._groups = groups
+        self._refit = refit
+        self.recent_half_life = recent_half_life
+        self._discount_pages = discount_pages and recent_half_life is not None
+        self.prior: MixturePrior | None = None
+
+    def estimate(self, observations: PageObservations, day: int) -> Estimate:
+        moments = observations.moments()
+        if self._discount_pages and observations.recent is not None:
+            moments = observations.recent.as_page_moments()
+        if self.prior is None or self._refit(day):
+            self.prior = fit_mixture_prior(
+                moments, self._groups, start=self.prior, recent=observations.recent
+            )
+        rate, log_std, _ = self.prior.estimate(moments, self._groups)
+        return Estimate(rate, log_std)
+
+
+class NaiveLearner:
+    """Changes seen / days observed, clamped like the planner's estimates.
+
+    Pages never revisited get the overall naive rate of all observed pages; ``log_std`` is
+    0 (the naive estimator has no notion of its uncertainty).
+    """
+
+    name = "naive"
+
+    def estimate(self, observations: PageObservations, day: int) -> Estimate:
+        o = observations
+        days = o.unchanged_days + o.changed_sum
+        overall = float(o.n_changed.sum()) / float(days.sum()) if days.sum() > 0 else 0.1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = np.where(o.n_intervals > 0, o.n_changed / days, overall)
+        return Estimate(np.clip(rate, MIN_RATE, MAX_RATE), np.zeros(o.size))
+
+
+class OracleLearner:
+    """The true rates of the day (the oracle bound): the only learner that sees the truth."""
+
+    name = "oracle"
+
+    def __init__(self, truth: RateSchedule) -> None:
+        self._truth = truth
+
+    def estimate(self, observations: PageObservations, day: int) -> Estimate:
+        rate = self._truth.on_day(day)
+        return Estimate(np.maximum(rate, 1e-9), np.zeros(rate.shape[0]))

@@ -1,0 +1,404 @@
+"""A robust group prior for change rates: "like its group, or like the web at large".
+
+``models/rate_prior.py`` fits one Gamma shape against one overall mean and then a mean per
+group. Fitted that way the shape measures the spread of *all* rates on the web (about 0.04
+on a measured-like web, whose rates run from once a decade to hourly), so the prior carries
+almost no weight: a page seen once or twice is estimated from those observations alone,
+even when the hundreds of pages of its template behave alike. A strong group prior alone
+would be wrong the other way: a page that changes hourly in a template of static pages
+would be held static forever.
+
+:class:`MixturePrior` is a two-component prior fitted by marginal likelihood (EM on a sample
+of pages, on a log-rate grid):
+
+* with probability ``1 - odd_share`` a page's rate is ``Gamma(shape, shape / mean_g)``
+  around its group's mean; ``shape`` (the within-group spread) is shared by all groups;
+* with probability ``odd_share`` the page is odd: its rate follows ``level_prior``, the
+  distribution of group rates across the whole web (a histogram on the grid).
+
+A group's mean is the posterior mean of its pages' pooled observations under
+``level_prior``; that distribution is learned from all groups, so a group whose pages
+changed at every visit is placed where such groups are (hours, not the web's average:
+a Gamma pseudo-observation would pull it there, since the likelihood is flat above a few
+changes a day).
+
+Estimates: every page the group component explains better gets the posterior mode under
+its group's Gamma (``estimate_from_moments`` with a per-group ``GammaPrior``, unchanged);
+an odd page gets its posterior under ``level_prior``, computed on the grid (geometric mean
+and standard deviation of the rate). Pages with no history get their group's prior.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import optimize, special
+
+from models.change_rate import MAX_RATE, MIN_RATE, estimate_from_moments
+from models.rate_data import GammaPrior, IntervalStats, PageMoments
+from models.rate_solver import bincount, two_point_quadrature
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+#: log-rate grid the marginal likelihoods are integrated on (1e-5 to 100 changes/day)
+_GRID = np.linspace(np.log(1e-5), np.log(100.0), 97)
+_RATE = np.exp(_GRID)
+_STEP = float(_GRID[1] - _GRID[0])
+_CHUNK = 1 << 15  # pages per block of grid work
+_FLOOR = 0.02  # share of the level distribution spread evenly (no rate is ruled out)
+
+
+@dataclass(frozen=True)
+class DecayedMoments:
+    """Per-page observation sums with old observations discounted (float counts).
+
+    What a group's level is fitted on when behaviour may shift: after a section of a site
+    wakes up, months of silence would otherwise outvote days of changes.
+    """
+
+    n_intervals: FloatArray
+    n_changed: FloatArray
+    unchanged_days: FloatArray
+    changed_sum: FloatArray
+    changed_sum_sq: FloatArray
+    changed_sum_cube: FloatArray
+
+    @classmethod
+    def zeros(cls, size: int) -> DecayedMoments:
+        return cls(*(np.zeros(size) for _ in range(6)))
+
+    def arrays(self) -> tuple[FloatArray, ...]:
+        return (
+            self.n_intervals,
+            self.n_changed,
+            self.unchanged_days,
+            self.changed_sum,
+            self.changed_sum_sq,
+            self.changed_sum_cube,
+        )
+
+    def decay(self, factor: float) -> None:
+        if factor != 1.0:
+            for values in self.arrays():
+                values *= factor
+
+    def add(self, pages: IntArray, changed: NDArray[np.bool_], interval: FloatArray) -> None:
+        t = np.where(changed, interval, 0.0)
+        self.n_intervals[pages] += 1.0
+        self.n_changed[pages] += changed
+        self.unchanged_days[pages] += np.where(changed, 0.0, interval)
+        self.changed_sum[pages] += t
+        self.changed_sum_sq[pages] += t * t
+        self.changed_sum_cube[pages] += t * t * t
+
+    def rows(self, index: IntArray) -> DecayedMoments:
+        return DecayedMoments(*(values[index] for values in self.arrays()))
+
+    def as_page_moments(self) -> PageMoments:
+        """The discounted sums in the estimators' shape (counts are fractional here)."""
+        counts: Any = self.n_intervals
+        changed: Any = self.n_changed
+        return PageMoments(
+            np.arange(self.n_intervals.shape[0], dtype=np.int64),
+            counts,
+            changed,
+            self.unchanged_days,
+            self.changed_sum,
+            self.changed_sum_sq,
+            self.changed_sum_cube,
+        )
+
+
+@dataclass(frozen=True)
+class MixturePrior:
+    """Group component ``Gamma(shape, shape / group_mean)``, odd component ``level_prior``."""
+
+    shape: float  # within-group spread: Gamma shape around a known group level
+    group_log_rate: FloatArray  # per group: posterior mean of log(level)
+    group_log_var: FloatArray  # per group: posterior variance of log(level)
+    odd_share: float
+    level_prior: FloatArray  # distribution of group rates on the log-rate grid (sums to 1)
+
+    @property
+    def group_mean(self) -> FloatArray:
+        """Each group's Gamma mean (changes/day)."""
+        shape, rate = group_gamma_parameters(self.shape, self.group_log_rate, self.group_log_var)
+        return shape / rate
+
+    def group_gamma(self, groups: IntArray) -> GammaPrior:
+        shape, rate = group_gamma_parameters(self.shape, self.group_log_rate, self.group_log_var)
+        return GammaPrior(shape, rate, groups)
+
+    def estimate(
+        self, moments: PageMoments, groups: IntArray
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Per page: rate, standard error of log rate, and probability of being odd."""
+        est = estimate_from_moments(moments, prior=self.group_gamma(groups))
+        rate, log_std = est.rate.copy(), est.log_std.copy()
+        odd = np.zeros(moments.size)
+        seen = np.flatnonzero(moments.n_intervals > 0)
+        g_shape, g_rate = group_gamma_parameters(
+            self.shape, self.group_log_rate, self.group_log_var
+        )
+        page_shape, page_rate = g_shape[groups[seen]], g_rate[groups[seen]]
+        log_odd_prior = np.log(self.odd_share) - np.log1p(-self.odd_share)
+
+        def block(lo: int, hi: int) -> None:
+            pages = seen[lo:hi]
+            grid = _PageGrid.build(moments.take(pages))
+            log_group = grid.log_marginal(page_shape[lo:hi], page_rate[lo:hi])
+            log_odd, mean_log, sd_log = grid.histogram_posterior(self.level_prior)
+            p_odd = special.expit(log_odd_prior + log_odd - log_group)
+            odd[pages] = p_odd
+            use = p_odd > 0.5
+            rate[pages[use]] = np.clip(np.exp(mean_log[use]), MIN_RATE, MAX_RATE)
+            log_std[pages[use]] = sd_log[use]
+
+        _in_blocks(seen.shape[0], block)
+        return rate, log_std, odd
+
+
+def fit_mixture_prior(
+    moments: PageMoments,
+    groups: IntArray,
+    *,
+    per_group: int = 64,
+    max_pages: int = 50_000,
+    iterations: int = 4,
+    start: MixturePrior | None = None,
+    recent: DecayedMoments | None = None,
+    seed: int = 0,
+) -> MixturePrior:
+    """Fit the mixture prior on up to ``per_group`` observed pages of each group.
+
+    Alternates ``iterations`` times (EM): group levels and the level distribution from the
+    pages' pooled observations, each page weighted by its probability of following its
+    group; the shared within-group shape by maximizing the weighted marginal likelihood;
+    each page's probability of being odd, and the odd share. ``start`` warm-starts.
+    """
+    n_groups = int(groups.max()) + 1 if groups.shape[0] else 1
+    flat = np.full(_GRID.shape[0], 1.0 / _GRID.shape[0])
+    observed = np.flatnonzero(moments.n_intervals > 0)
+    if observed.shape[0] == 0:  # nothing seen: no group is known, every level possible
+        centre = float(flat @ _GRID)
+        spread = float(flat @ _GRID**2) - centre**2
+        return MixturePrior(1.0, np.full(n_groups, centre), np.full(n_groups, spread), 0.1, flat)
+    rng = np.random.default_rng(seed)
+    count = np.bincount(groups[observed], minlength=n_groups).astype(np.float64)
+    take = min(float(per_group), max_pages / max(float((count > 0).sum()), 1.0))
+    chance = np.minimum(1.0, take / np.maximum(count, 1.0))[groups[observed]]
+    sample = observed[rng.random(observed.shape[0]) < chance]
+    codes = groups[sample]
+    part = moments.rows(sample)
+    pages = _PageGrid.build(part.to_stats())
+    level_data = (
+        recent.rows(sample)
+        if recent is not None
+        else DecayedMoments(
+            part.n_intervals.astype(np.float64),
+            part.n_changed.astype(np.float64),
+            part.unchanged_days,
+            part.changed_sum,
+            part.changed_sum_sq,
+            part.changed_sum_cube,
+        )
+    )
+
+    warm = start is not None and start.group_log_rate.shape[0] == n_groups
+    shape = start.shape if start is not None else 1.0
+    odd_share = start.odd_share if start is not None else 0.1
+    level_prior = start.level_prior if start is not None else flat
+    regular = np.ones(sample.shape[0])
+    if warm and start is not None:
+        regular = 1.0 - _odd(start, pages, codes)
+    prior = start
+    for _ in range(iterations):
+        log_rate, log_var, level_prior = _group_levels(
+            level_data, codes, regular, n_groups, level_prior
+        )
+
+        def loss(
+            log_shape: float,
+            w: FloatArray = regular,
+            centre: FloatArray = log_rate,
+            spread: FloatArray = log_var,
+        ) -> float:
+            a, b = group_gamma_parameters(float(np.exp(log_shape)), centre, spread)
+            return -float(np.dot(w, pages.log_marginal(a[codes], b[codes])))
+
+        best = optimize.minimize_scalar(
+            loss, bounds=(np.log(0.05), np.log(50.0)), method="bounded", options={"xatol": 0.05}
+        )
+        shape = float(np.exp(best.x))
+        prior = MixturePrior(shape, log_rate, log_var, odd_share, level_prior)
+        odd = _odd(prior, pages, codes)
+        odd_share = float(np.clip(odd.mean(), 1e-3, 0.5))
+        regular = 1.0 - odd
+    assert prior is not None
+    return MixturePrior(shape, prior.group_log_rate, prior.group_log_var, odd_share, level_prior)
+
+
+def group_gamma_parameters(
+    shape: float, log_rate: FloatArray, log_var: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Per group, the Gamma a page's rate follows when its group's level is uncertain.
+
+    Around a known level ``m`` a page's rate is Gamma(shape, shape / m), whose log has
+    variance trigamma(shape). With the level's log known only to variance ``log_var``, the
+    variances add: the group's Gamma gets the shape whose trigamma is their sum (a group
+    seen little gives a weak prior) and the rate that keeps the mean of the log in place.
+    """
+    target = special.polygamma(1, shape) + np.maximum(log_var, 0.0)
+    a = _inverse_trigamma(target)
+    # E[log rate] under Gamma(a, b) is digamma(a) - log(b): keep it at the group's centre
+    # plus the offset the within-group Gamma has (digamma(shape) - log(shape)).
+    log_b = special.digamma(a) - log_rate - (special.digamma(shape) - np.log(shape))
+    return a, np.exp(log_b)
+
+
+def _inverse_trigamma(y: FloatArray) -> FloatArray:
+    """x with trigamma(x) = y for y > 0, by interpolation in a table of log trigamma.
+
+    trigamma falls monotonically and smoothly in log-log scale; 4,000 points from 1e-6 to
+    1e6 give about 1e-6 relative accuracy, at the cost of one ``np.interp``.
+    """
+    log_y = np.log(np.asarray(y, dtype=np.float64))
+    # np.interp needs increasing abscissae: log trigamma decreases with log x
+    out = np.exp(np.interp(-log_y, -_TRIGAMMA_LOG, _TRIGAMMA_X))
+    return np.asarray(out, dtype=np.float64)
+
+
+_TRIGAMMA_X = np.linspace(np.log(1e-6), np.log(1e6), 4_000)
+_TRIGAMMA_LOG = np.log(special.polygamma(1, np.exp(_TRIGAMMA_X)))
+
+
+def _odd(prior: MixturePrior, pages: _PageGrid, codes: IntArray) -> FloatArray:
+    """Posterior probability of the odd component, per page."""
+    a, b = group_gamma_parameters(prior.shape, prior.group_log_rate, prior.group_log_var)
+    log_group = pages.log_marginal(a[codes], b[codes])
+    log_odd, _, _ = pages.histogram_posterior(prior.level_prior)
+    log_odds = np.log(prior.odd_share) - np.log1p(-prior.odd_share) + log_odd - log_group
+    return np.asarray(special.expit(log_odds), dtype=np.float64)
+
+
+def _group_levels(
+    part: DecayedMoments,
+    codes: IntArray,
+    weight: FloatArray,
+    n_groups: int,
+    level_prior: FloatArray,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Each group's level (mean and variance of its log), and the distribution of levels.
+
+    A group's observations are pooled as if its pages shared one rate (each page weighted
+    by ``weight``, its probability of following the group; the changed intervals through
+    the two-node quadrature of their moments, as in the estimators). The distribution of
+    those levels across groups is refitted by EM (a histogram on the grid), and each
+    group's level is its posterior under it, in log space: a group seen little keeps a
+    wide posterior instead of a mean pulled up by the fastest levels it might have.
+    """
+
+    def pooled(values: FloatArray) -> FloatArray:
+        return bincount(codes, weight * values, n_groups)
+
+    n_changed = pooled(part.n_changed)
+    t1, w1, t2, w2 = two_point_quadrature(
+        n_changed,
+        pooled(part.changed_sum),
+        pooled(part.changed_sum_sq),
+        pooled(part.changed_sum_cube),
+    )
+    loglik = (
+        _log_changed(t1, w1) + _log_changed(t2, w2) - pooled(part.unchanged_days)[:, None] * _RATE
+    )
+    likelihood = np.exp(loglik - loglik.max(axis=1, keepdims=True))
+    informed = pooled(part.n_intervals) > 0
+    prior = level_prior
+    for _ in range(20):
+        post = likelihood * prior
+        post /= post.sum(axis=1, keepdims=True)
+        prior = (1 - _FLOOR) * post[informed].mean(axis=0) + _FLOOR / _GRID.shape[0]
+    post = likelihood * prior
+    post /= post.sum(axis=1, keepdims=True)
+    mean = post @ _GRID
+    var = np.maximum(post @ _GRID**2 - mean**2, 0.0)
+    return np.asarray(mean, dtype=np.float64), np.asarray(var, dtype=np.float64), prior
+
+
+def _log_changed(days: FloatArray, weight: FloatArray) -> FloatArray:
+    """``weight * log(1 - exp(-rate * days))`` on the grid, 0 where the weight is 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = weight[:, None] * np.log(-np.expm1(-np.maximum(days, 1e-12)[:, None] * _RATE))
+    return np.where(weight[:, None] > 0, out, 0.0)
+
+
+@dataclass(frozen=True)
+class _PageGrid:
+    """Pages' log-likelihoods on the log-rate grid (quiet pages keep their unchanged days)."""
+
+    quiet: NDArray[np.bool_]
+    unchanged_days: FloatArray
+    busy_loglik: FloatArray  # (pages that changed at least once, grid)
+
+    @classmethod
+    def build(cls, stats: IntervalStats) -> _PageGrid:
+        quiet = stats.n_changed == 0
+        busy = np.flatnonzero(~quiet)
+        loglik = np.zeros((busy.shape[0], _GRID.shape[0]))
+        if busy.shape[0]:
+            position = np.full(stats.size, -1)
+            position[busy] = np.arange(busy.shape[0])
+            rows = position[stats.node_page]
+            contrib = stats.node_weight[:, None] * np.log(
+                -np.expm1(-stats.node_days[:, None] * _RATE[None, :])
+            )
+            starts = np.flatnonzero(np.r_[True, np.diff(rows) != 0])  # nodes sorted by page
+            loglik[rows[starts]] += np.add.reduceat(contrib, starts, axis=0)
+            loglik -= stats.unchanged_days[busy, None] * _RATE[None, :]
+        return cls(quiet, stats.unchanged_days, loglik)
+
+    def loglik(self) -> FloatArray:
+        """Every page's log-likelihood on the grid."""
+        out = -self.unchanged_days[:, None] * _RATE[None, :]
+        out[~self.quiet] = self.busy_loglik
+        return out
+
+    def log_marginal(self, shape: FloatArray, rate: FloatArray) -> FloatArray:
+        """Per page: log of the observations' likelihood integrated over Gamma(shape, rate)."""
+        out = shape * np.log(rate / (rate + self.unchanged_days))  # exact for quiet pages
+        if self.busy_loglik.shape[0]:
+            busy = ~self.quiet
+            a, b = shape[busy], rate[busy]
+            log_post = self.busy_loglik + a[:, None] * _GRID - b[:, None] * _RATE
+            top = log_post.max(axis=1)
+            total = np.exp(log_post - top[:, None]).sum(axis=1)
+            norm = a * np.log(b) - special.gammaln(a) + np.log(_STEP)
+            out[busy] = np.log(total) + top + norm
+        return np.asarray(out, dtype=np.float64)
+
+    def histogram_posterior(self, prior: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Per page under a grid prior: log marginal likelihood, mean and sd of log rate."""
+        log_post = self.loglik() + np.log(prior)[None, :]
+        top = log_post.max(axis=1, keepdims=True)
+        weight = np.exp(log_post - top)
+        total = weight.sum(axis=1)
+        mean = (weight @ _GRID) / total
+        var = (weight @ (_GRID**2)) / total - mean**2
+        return np.log(total) + top[:, 0], mean, np.sqrt(np.maximum(var, 0.0))
+
+
+def _in_blocks(size: int, block: Callable[[int, int], None]) -> None:
+    """Run ``block(lo, hi)`` over ``range(size)`` in chunks, on a thread per core."""
+
+    def run(lo: int) -> None:
+        block(lo, min(lo + _CHUNK, size))
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(run, range(0, size, _CHUNK)))

@@ -1,0 +1,92 @@
+"""The robust group prior: recovers group levels, spots odd pages, beats a flat prior."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import special
+
+from models.backtest_prior import (
+    _inverse_trigamma,
+    fit_mixture_prior,
+    group_gamma_parameters,
+)
+from models.change_rate import estimate_from_moments
+from models.rate_data import PageMoments
+
+LEVELS = np.array([0.002, 0.1, 5.0])
+
+
+def grouped_web(seed: int = 0, groups: int = 150, per_group: int = 40, visits: int = 6):
+    """Pages in groups sharing a level (lognormal spread 0.3), 10% odd pages, regular visits."""
+    rng = np.random.default_rng(seed)
+    group_level = LEVELS[rng.integers(0, 3, groups)]
+    group = np.repeat(np.arange(groups), per_group)
+    n = group.shape[0]
+    rate = group_level[group] * np.exp(rng.normal(0, 0.3, n))
+    odd = rng.random(n) < 0.1
+    rate[odd] = LEVELS[rng.integers(0, 3, int(odd.sum()))]
+    interval = 4.0
+    changed = rng.random((n, visits)) < -np.expm1(-rate[:, None] * interval)
+    x = changed.sum(axis=1)
+    moments = PageMoments.checked(
+        np.arange(n),
+        np.full(n, visits),
+        x,
+        (visits - x) * interval,
+        x * interval,
+        x * interval**2,
+        x * interval**3,
+    )
+    return moments, group, rate, group_level, odd
+
+
+def test_group_levels_and_odd_pages_are_recovered():
+    moments, group, rate, level, odd = grouped_web()
+    prior = fit_mixture_prior(moments, group)
+    centre = np.exp(prior.group_log_rate)
+    fast = level >= 1.0  # a daily-or-faster level is only bounded below by 4-day visits
+    assert np.median(np.abs(np.log(centre[~fast] / level[~fast]))) < 0.5
+    assert np.all(centre[fast] > 1.0)
+    assert 0.03 < prior.odd_share < 0.3
+    _, _, p_odd = prior.estimate(moments, group)
+    # odd pages whose class differs from their group's are flagged far more often
+    differs = odd & (np.abs(np.log(rate / level[group])) > 2)
+    assert p_odd[differs].mean() > 0.5 > 5 * p_odd[~odd].mean()
+
+
+def test_the_mixture_prior_estimates_better_than_the_flat_library_prior():
+    moments, group, rate, _, _ = grouped_web(seed=1)
+    prior = fit_mixture_prior(moments, group)
+    mixture, _, _ = prior.estimate(moments, group)
+    library = estimate_from_moments(moments, groups=group).rate
+    slow = rate < 1.0  # above a change a day, 4-day visits cannot tell rates apart
+
+    def error(est: np.ndarray) -> float:
+        return float(np.median(np.abs(np.log(est[slow] / rate[slow]))))
+
+    assert error(mixture) < 0.7 * error(library)
+
+
+def test_an_uncertain_group_level_weakens_the_prior_and_keeps_its_centre():
+    shape, centre = 4.0, np.log(np.array([0.1, 0.1]))
+    a, b = group_gamma_parameters(shape, centre, np.array([0.0, 4.0]))
+    assert a[0] == pytest.approx(shape, rel=1e-4)
+    assert a[1] < 0.3 * shape
+    # the mean of log(rate) stays where the known level would put it
+    mean_log = special.digamma(a) - np.log(b)
+    assert mean_log[1] == pytest.approx(mean_log[0], abs=1e-4)
+
+
+def test_inverse_trigamma():
+    x = np.exp(np.linspace(np.log(1e-3), np.log(1e3), 50))
+    assert _inverse_trigamma(special.polygamma(1, x)) == pytest.approx(x, rel=1e-5)
+
+
+def test_no_observation_gives_a_vague_prior():
+    n = 10
+    zeros = np.zeros(n, dtype=np.int64)
+    moments = PageMoments(np.arange(n), zeros, zeros, *(np.zeros(n) for _ in range(4)))
+    prior = fit_mixture_prior(moments, np.zeros(n, dtype=np.int64))
+    rate, log_std, odd = prior.estimate(moments, np.zeros(n, dtype=np.int64))
+    assert np.all(np.isfinite(rate)) and np.all(log_std > 1.0) and np.all(odd == 0)
