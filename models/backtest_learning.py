@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from models.backtest_prior import DecayedMoments, MixturePrior, fit_mixture_prior
 from models.backtest_web import BacktestInputError, FloatArray, IntArray, RateSchedule
@@ -28,7 +29,7 @@ from models.change_rate import MAX_RATE, MIN_RATE, estimate_from_moments
 from models.rate_data import GammaPrior, PageMoments
 from models.rate_prior import fit_group_priors
 
-BoolArray = np.ndarray
+BoolArray = NDArray[np.bool_]
 
 
 class PageObservations:
@@ -146,7 +147,9 @@ class MixturePriorLearner:
     """Posterior modes under the robust group prior of ``models/backtest_prior.py``.
 
     The mixture is refitted on ``refit`` days (warm-started from the last fit); every day
-    each page gets the component its observations make more probable.
+    each page gets the component its observations make more probable. With
+    ``recent_half_life`` (days) the policy also keeps discounted sums, and group levels are
+    fitted on those: a group that wakes up is noticed within days, not months.
     """
 
     def __init__(
@@ -155,20 +158,16 @@ class MixturePriorLearner:
         *,
         refit: Callable[[int], bool] = default_refit_days,
         recent_half_life: float | None = None,
-        discount_pages: bool = False,
         name: str = "mixture prior",
     ) -> None:
         self.name = name
         self._groups = groups
         self._refit = refit
         self.recent_half_life = recent_half_life
-        self._discount_pages = discount_pages and recent_half_life is not None
         self.prior: MixturePrior | None = None
 
     def estimate(self, observations: PageObservations, day: int) -> Estimate:
         moments = observations.moments()
-        if self._discount_pages and observations.recent is not None:
-            moments = observations.recent.as_page_moments()
         if self.prior is None or self._refit(day):
             self.prior = fit_mixture_prior(
                 moments, self._groups, start=self.prior, recent=observations.recent

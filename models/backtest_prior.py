@@ -34,7 +34,6 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -100,20 +99,6 @@ class DecayedMoments:
 
     def rows(self, index: IntArray) -> DecayedMoments:
         return DecayedMoments(*(values[index] for values in self.arrays()))
-
-    def as_page_moments(self) -> PageMoments:
-        """The discounted sums in the estimators' shape (counts are fractional here)."""
-        counts: Any = self.n_intervals
-        changed: Any = self.n_changed
-        return PageMoments(
-            np.arange(self.n_intervals.shape[0], dtype=np.int64),
-            counts,
-            changed,
-            self.unchanged_days,
-            self.changed_sum,
-            self.changed_sum_sq,
-            self.changed_sum_cube,
-        )
 
 
 @dataclass(frozen=True)

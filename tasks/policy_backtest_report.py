@@ -11,6 +11,7 @@ import logging
 import math
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,8 @@ def write_backtest_report(result: BacktestResult, out: Path | str) -> dict[str, 
     return paths
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (imported on first use: it is slow to load)."""
     import matplotlib
 
     matplotlib.use("Agg")
