@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint types pytest bench clean
+.PHONY: setup demo test lint types pytest reliability bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ types: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/pytest
+
+reliability: $(STAMP)
+	$(BIN)/pytest -m 'reliability or long_reliability'
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_estimation.py
