@@ -41,7 +41,7 @@ from models.backtest_workloads import build_workload, measure_web_shape
 from tasks.memory import keep_freed_memory
 from tasks.policy_backtest_report import write_backtest_report
 
-PLANNERS = ("planner", "planner+prior")
+PLANNERS = ("planner",)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             result = run(
                 f"planner variants, measured web, {share:g} N",
                 budget_share=share,
-                policies=("planner+prior", *VARIANTS, "oracle", "uniform"),
+                policies=("planner", *VARIANTS, "oracle", "uniform"),
             )
             gaps = ", ".join(
                 f"{row.name} {result.gap_closed(row.name):.1%}"
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             "planner variants, shifting web, 0.2 N",
             workload="shift",
             budget_share=0.2,
-            policies=("planner", "planner+prior", "planner+prior+recent", "oracle", "uniform"),
+            policies=("planner", "planner+recent", "oracle", "uniform"),
         )
         lines = []
         for name in variant_shift.daily:

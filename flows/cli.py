@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     est = sub.add_parser("estimate", help="per-page change-rate estimates from a history")
     est.add_argument("--root", type=Path, default=Path("data"))
     est.add_argument("--out", type=Path, help="write the estimates to this Parquet file")
-    est.add_argument("--prior", choices=["empirical", "none"], default="empirical")
+    est.add_argument("--prior", choices=["mixture", "empirical", "none"], default="mixture")
 
     plan = sub.add_parser("plan", help="estimate -> allocate -> select this cycle's batch")
     plan.add_argument("--root", type=Path, default=Path("data"))

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.backtest_learning import (
-    EmpiricalBayesLearner,
     MixturePriorLearner,
     NaiveLearner,
     OracleLearner,
+    every_day,
 )
 from models.backtest_policies import (
     NutchPolicy,
@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 #: The policies every backtest compares, in report order.
 POLICIES = (
     "planner",
-    "planner+prior",
     "oracle",
     "uniform",
     "proportional",
@@ -109,16 +108,9 @@ class PolicyContext:
 
 
 def _planner(ctx: PolicyContext) -> Policy:
-    learner = EmpiricalBayesLearner(ctx.workload.web.groups)
+    """This project's planner: the mixture prior refitted every cycle, as ``plan_cycle`` does."""
+    learner = MixturePriorLearner(ctx.workload.web.groups, refit=every_day)
     return PlannerPolicy(ctx.workload.web, ctx.budget, learner, ctx.planner_settings())
-
-
-def _planner_prior(ctx: PolicyContext) -> Policy:
-    """The planner with the proposed estimator: the robust group prior (backtest_prior)."""
-    learner = MixturePriorLearner(ctx.workload.web.groups)
-    return PlannerPolicy(
-        ctx.workload.web, ctx.budget, learner, ctx.planner_settings(), name="planner+prior"
-    )
 
 
 def _oracle(ctx: PolicyContext) -> Policy:
@@ -143,7 +135,7 @@ def _naive(ctx: PolicyContext) -> Policy:
 
 
 def _proportional(ctx: PolicyContext) -> Policy:
-    learner = EmpiricalBayesLearner(ctx.workload.web.groups)
+    learner = MixturePriorLearner(ctx.workload.web.groups)
     return ProportionalPolicy(
         ctx.workload.web,
         ctx.budget,
@@ -156,7 +148,6 @@ def _proportional(ctx: PolicyContext) -> Policy:
 #: Policy name -> factory. Variants for experiments register themselves here.
 FACTORIES: dict[str, PolicyFactory] = {
     "planner": _planner,
-    "planner+prior": _planner_prior,
     "oracle": _oracle,
     "naive": _naive,
     "proportional": _proportional,

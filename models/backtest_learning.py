@@ -5,8 +5,10 @@ store keeps (``PageMoments``: observed intervals, those that saw a change, uncha
 sums of the first three powers of the changed intervals) plus the time of the last visit,
 updated in place from each day's fetches. A learner turns them into rates:
 
-* :class:`EmpiricalBayesLearner` - the planner's estimator (``estimate_from_moments``:
-  MLE with the empirical-Bayes Gamma prior per group), the prior refitted on a schedule;
+* :class:`MixturePriorLearner` - the planner's estimator (``models/mixture_prior.py``: the
+  robust group prior, "like its group, or like the web at large");
+* :class:`EmpiricalBayesLearner` - the earlier estimator (``estimate_from_moments``: MLE
+  with one empirical-Bayes Gamma prior per group), kept as a variant for comparison;
 * :class:`NaiveLearner` - changes / time observed (Cho & Garcia-Molina's naive estimator);
 * :class:`OracleLearner` - the true rates (the oracle bound only; it is the one learner
   built from the ground truth).
@@ -23,9 +25,9 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from models.backtest_prior import DecayedMoments, MixturePrior, fit_mixture_prior
 from models.backtest_web import BacktestInputError, FloatArray, IntArray, RateSchedule
 from models.change_rate import MAX_RATE, MIN_RATE, estimate_from_moments
+from models.mixture_prior import DecayedMoments, MixturePrior, fit_mixture_prior
 from models.rate_data import GammaPrior, PageMoments
 from models.rate_prior import fit_group_priors
 
@@ -108,14 +110,20 @@ class RateLearner(Protocol):
 #: moves most), then weekly. Between refits the last prior is reused (the per-page
 #: posteriors are still recomputed from all observations).
 def default_refit_days(day: int) -> bool:
+    """Daily in the first week, then weekly (cheaper; for experiments and baselines)."""
     return day <= 7 or day % 7 == 1
+
+
+def every_day(day: int) -> bool:
+    """Refit on every planning day, as ``tasks/planning.plan_cycle`` does."""
+    return True
 
 
 PriorFitter = Callable[[PageMoments, IntArray], GammaPrior]
 
 
 class EmpiricalBayesLearner:
-    """The planner's estimator: posterior modes under Gamma priors fitted per group."""
+    """Posterior modes under Gamma priors fitted per group (the earlier planner's estimator)."""
 
     def __init__(
         self,
@@ -144,7 +152,7 @@ def _fit_shared_library_prior(moments: PageMoments, groups: IntArray) -> GammaPr
 
 
 class MixturePriorLearner:
-    """Posterior modes under the robust group prior of ``models/backtest_prior.py``.
+    """Posterior modes under the robust group prior of ``models/mixture_prior.py``.
 
     The mixture is refitted on ``refit`` days (warm-started from the last fit); every day
     each page gets the component its observations make more probable. With

@@ -1,32 +1,43 @@
 """Planner variants measured in the policy backtest (``--policies`` names), beyond the
 default comparison: each changes one thing, so its effect can be read off against
-``planner+prior`` (see BENCHMARKS.md, "Policy backtest").
+``planner`` (see BENCHMARKS.md, "Policy backtest").
 
-* ``planner+prior+probe`` - a probe slice (``backtest_select.select_with_probes``):
+* ``planner-gamma`` - the earlier estimator: one empirical-Bayes Gamma prior per group
+  (``models/rate_prior.py``) instead of the mixture prior;
+* ``planner-weekly`` - the mixture prior refitted daily in the first week, then weekly;
+* ``planner+probe`` - a probe slice (``backtest_select.select_with_probes``):
   revisit, one cycle later, pages whose rate is uncertain and not slow;
-* ``planner+prior+recent`` - group levels from observations discounted with a 7-day
+* ``planner+recent`` - group levels from observations discounted with a 7-day
   half-life, and the prior refitted daily (for behaviour that shifts);
-* ``planner+prior+lean`` - smaller reserved slices (re-estimation 2%, verification 1%);
-* ``planner+prior+horizon`` - leftover budget ranked by what a visit buys before the page
+* ``planner+lean`` - smaller reserved slices (re-estimation 2%, verification 1%);
+* ``planner+horizon`` - leftover budget ranked by what a visit buys before the page
   would be due anyway (``backtest_select.select_with_horizon``);
-* ``planner+prior+nearest`` - leftover budget to the pages nearest their due time;
+* ``planner+nearest`` - leftover budget to the pages nearest their due time;
 * ``oracle+slices`` - the oracle with the planner's reserved slices (what they cost).
 """
 
 from __future__ import annotations
 
 from models.backtest import FACTORIES, PolicyContext
-from models.backtest_learning import MixturePriorLearner, OracleLearner
+from models.backtest_learning import (
+    EmpiricalBayesLearner,
+    MixturePriorLearner,
+    OracleLearner,
+    default_refit_days,
+    every_day,
+)
 from models.backtest_policies import PlannerPolicy, Policy, Selector
 from models.backtest_select import select_nearest_due, select_with_horizon, select_with_probes
 from models.planning import Slices
 
 VARIANTS = (
-    "planner+prior+probe",
-    "planner+prior+recent",
-    "planner+prior+lean",
-    "planner+prior+horizon",
-    "planner+prior+nearest",
+    "planner-gamma",
+    "planner-weekly",
+    "planner+probe",
+    "planner+recent",
+    "planner+lean",
+    "planner+horizon",
+    "planner+nearest",
     "oracle+slices",
 )
 
@@ -37,14 +48,13 @@ def _prior_variant(
     selector: Selector | None = None,
     slices: Slices | None = None,
     recent: bool = False,
+    weekly: bool = False,
 ) -> None:
     def build(ctx: PolicyContext) -> Policy:
         groups = ctx.workload.web.groups
-        learner = (
-            MixturePriorLearner(groups, refit=lambda day: True, recent_half_life=7.0)
-            if recent
-            else MixturePriorLearner(groups)
-        )
+        refit = default_refit_days if weekly else every_day
+        half_life = 7.0 if recent else None
+        learner = MixturePriorLearner(groups, refit=refit, recent_half_life=half_life)
         settings = ctx.planner_settings(slices=slices)
         return PlannerPolicy(
             ctx.workload.web, ctx.budget, learner, settings, name=name, selector=selector
@@ -65,11 +75,20 @@ def _oracle_with_slices(ctx: PolicyContext) -> Policy:
     )
 
 
+def _gamma_planner(ctx: PolicyContext) -> Policy:
+    learner = EmpiricalBayesLearner(ctx.workload.web.groups)
+    return PlannerPolicy(
+        ctx.workload.web, ctx.budget, learner, ctx.planner_settings(), name="planner-gamma"
+    )
+
+
 def register_variants() -> None:
     """Add the variants to ``models.backtest.FACTORIES`` (idempotent)."""
-    _prior_variant("planner+prior+probe", selector=select_with_probes)
-    _prior_variant("planner+prior+recent", recent=True)
-    _prior_variant("planner+prior+lean", slices=Slices(0.05, 0.02, 0.01))
-    _prior_variant("planner+prior+horizon", selector=select_with_horizon)
-    _prior_variant("planner+prior+nearest", selector=select_nearest_due)
+    FACTORIES["planner-gamma"] = _gamma_planner
+    _prior_variant("planner-weekly", weekly=True)
+    _prior_variant("planner+probe", selector=select_with_probes)
+    _prior_variant("planner+recent", recent=True)
+    _prior_variant("planner+lean", slices=Slices(0.05, 0.02, 0.01))
+    _prior_variant("planner+horizon", selector=select_with_horizon)
+    _prior_variant("planner+nearest", selector=select_nearest_due)
     FACTORIES["oracle+slices"] = _oracle_with_slices

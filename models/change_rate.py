@@ -106,7 +106,7 @@ def improved_rate(n: ArrayLike, changes: ArrayLike, interval: ArrayLike = 1.0) -
 # --------------------------------------------------------------------------- data types
 
 
-PriorChoice = Literal["empirical", "none"] | GammaPrior
+PriorChoice = Literal["mixture", "empirical", "none"] | GammaPrior
 
 
 # --------------------------------------------------------------------------- estimation
@@ -174,8 +174,16 @@ def estimate_from_moments(
     """Estimate rates from per-page moment sums (what the history store keeps).
 
     Same estimates as ``estimate_from_stats(moments.to_stats())``, built chunk by chunk:
-    memory stays bounded and the work runs on every core.
+    memory stays bounded and the work runs on every core. ``prior="mixture"`` is the
+    robust group prior of ``models/mixture_prior.py`` (what the planner uses).
     """
+    if isinstance(prior, str) and prior == "mixture":
+        from models.mixture_prior import estimate_with_mixture_prior  # it builds on this module
+
+        if (min_rate, max_rate) != (MIN_RATE, MAX_RATE):
+            raise EstimationInputError("the mixture prior clamps to MIN_RATE..MAX_RATE")
+        codes = None if groups is None else np.asarray(groups)
+        return estimate_with_mixture_prior(moments, codes)[0]
     return _estimate(moments, groups, prior, (min_rate, max_rate))
 
 
@@ -194,7 +202,13 @@ def _resolve_prior(
         return fit_group_priors(pages, groups)
     if prior == "none":
         return None
-    raise EstimationInputError(f"unknown prior {prior!r}: use 'empirical', 'none' or a GammaPrior")
+    if prior == "mixture":
+        raise EstimationInputError(
+            "the mixture prior needs per-page moment sums: use estimate_from_moments"
+        )
+    raise EstimationInputError(
+        f"unknown prior {prior!r}: use 'mixture', 'empirical', 'none' or a GammaPrior"
+    )
 
 
 def _estimate(

@@ -28,7 +28,7 @@ class EstimationInputs:
 def load_rate_estimates(
     root: str | Path = "data",
     *,
-    prior: PriorChoice = "empirical",
+    prior: PriorChoice = "mixture",
     use_catalog: bool = True,
 ) -> pd.DataFrame:
     """Estimate every page's change rate from the history under ``root``.
@@ -37,7 +37,8 @@ def load_rate_estimates(
     n_intervals, n_changed, observed_days, prior_rate`` (rates in changes/day; host and
     group are categoricals). With a catalog, every catalog page is included (pages never
     observed get their group's prior) and ``group`` comes from the catalog; otherwise
-    pages are grouped by host.
+    pages are grouped by host. ``prior`` is the planner's mixture prior by default
+    (``models/mixture_prior.py``); ``"empirical"`` is one Gamma prior per group.
     """
     inputs = read_estimation_inputs(root, use_catalog=use_catalog)
     estimates = estimate_from_moments(inputs.moments, groups=inputs.group_codes, prior=prior)
@@ -142,7 +143,7 @@ def estimates_frame(est: RateEstimates, inputs: EstimationInputs) -> pd.DataFram
 
 
 def write_rate_estimates(
-    root: str | Path = "data", *, prior: PriorChoice = "empirical"
+    root: str | Path = "data", *, prior: PriorChoice = "mixture"
 ) -> tuple[Path, int]:
     """Estimate and write ``<root>/estimates/latest.parquet``; return its path and row count.
 

@@ -21,7 +21,7 @@ def test_backtest_prints_the_table_and_writes_the_report(tmp_path, capsys):
         assert (out / name).stat().st_size > 0
     assert (out / "freshness.png").read_bytes()[:4] == b"\x89PNG"
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["config"]["pages"] == 1500 and len(summary["summary"]) == 8
+    assert summary["config"]["pages"] == 1500 and len(summary["summary"]) == 7
     assert "![freshness over time](freshness.png)" in (out / "report.md").read_text()
 
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from scipy import special
 
-from models.backtest_prior import (
+from models.change_rate import estimate_from_moments
+from models.mixture_prior import (
     _inverse_trigamma,
     fit_mixture_prior,
     group_gamma_parameters,
 )
-from models.change_rate import estimate_from_moments
 from models.rate_data import PageMoments
 
 LEVELS = np.array([0.002, 0.1, 5.0])
@@ -90,3 +90,26 @@ def test_no_observation_gives_a_vague_prior():
     prior = fit_mixture_prior(moments, np.zeros(n, dtype=np.int64))
     rate, log_std, odd = prior.estimate(moments, np.zeros(n, dtype=np.int64))
     assert np.all(np.isfinite(rate)) and np.all(log_std > 1.0) and np.all(odd == 0)
+
+
+def test_the_planners_estimator_is_the_mixture_prior():
+    """``estimate_from_moments(prior="mixture")`` (the planner's default) is this prior."""
+    moments, group, rate, _, _ = grouped_web(seed=2)
+    mixture = estimate_from_moments(moments, groups=group, prior="mixture")
+    direct, _, _ = fit_mixture_prior(moments, group).estimate(moments, group)
+    np.testing.assert_allclose(mixture.rate, direct)
+    assert (mixture.rate_low < mixture.rate).all() and (mixture.rate < mixture.rate_high).all()
+    assert np.isfinite(mixture.prior_rate).all()
+    empirical = estimate_from_moments(moments, groups=group, prior="empirical")
+
+    def error(est: np.ndarray) -> float:
+        return float(np.median(np.abs(np.log(est / rate))))
+
+    assert error(mixture.rate) < error(empirical.rate)
+
+
+def test_the_mixture_prior_needs_moment_sums():
+    from models.change_rate import EstimationInputError, estimate_rates
+
+    with pytest.raises(EstimationInputError, match="mixture prior needs per-page moment sums"):
+        estimate_rates([0, 0], [1.0, 2.0], [True, False], prior="mixture")

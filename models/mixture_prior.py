@@ -40,7 +40,7 @@ from numpy.typing import NDArray
 from scipy import optimize, special
 
 from models.change_rate import MAX_RATE, MIN_RATE, estimate_from_moments
-from models.rate_data import GammaPrior, IntervalStats, PageMoments
+from models.rate_data import GammaPrior, IntervalStats, PageMoments, RateEstimates, group_codes
 from models.rate_solver import bincount, two_point_quadrature
 
 FloatArray = NDArray[np.float64]
@@ -52,6 +52,7 @@ _RATE = np.exp(_GRID)
 _STEP = float(_GRID[1] - _GRID[0])
 _CHUNK = 1 << 15  # pages per block of grid work
 _FLOOR = 0.02  # share of the level distribution spread evenly (no rate is ruled out)
+_Z90 = float(special.ndtri(0.95))  # a 90% interval is +-1.645 standard errors of the log
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,37 @@ class MixturePrior:
 
         _in_blocks(seen.shape[0], block)
         return rate, log_std, odd
+
+
+def estimate_with_mixture_prior(
+    moments: PageMoments,
+    groups: IntArray | None = None,
+    *,
+    start: MixturePrior | None = None,
+) -> tuple[RateEstimates, MixturePrior]:
+    """Every page's rate under a freshly fitted mixture prior (the planner's estimator).
+
+    ``groups`` (dense codes per page: host x page type, or host) are what pages share;
+    ``start`` warm-starts the fit from yesterday's prior. Returns the estimates in the shape
+    of ``models.change_rate.estimate_from_moments`` (a 90% interval from the log-rate's
+    standard error; ``prior_rate`` the group's mean) and the fitted prior.
+    """
+    codes = group_codes(groups, moments.size)
+    prior = fit_mixture_prior(moments, codes, start=start)
+    rate, log_std, _ = prior.estimate(moments, codes)
+    spread = np.exp(_Z90 * log_std)
+    estimates = RateEstimates(
+        page_ids=moments.page_ids,
+        rate=rate,
+        log_std=log_std,
+        rate_low=np.maximum(rate / spread, MIN_RATE),
+        rate_high=np.minimum(rate * spread, MAX_RATE),
+        n_intervals=moments.n_intervals,
+        n_changed=moments.n_changed,
+        observed_days=moments.unchanged_days + moments.changed_sum,
+        prior_rate=prior.group_mean[codes],
+    )
+    return estimates, prior
 
 
 def fit_mixture_prior(
