@@ -1,0 +1,580 @@
+"""Big allocation problems in a few passes: local models of the spend and the host loads.
+
+The direct solver (:mod:`models.allocation_solver`) pays an exact pass over every page
+for each trial multiplier, and the spend is not smooth enough for its root-finders to
+need few: pages about to be given up make it fall like ``d / log(1/d)``, which defeats
+Newton and secant alike. Here one pass (a *refresh*) expands every page's frequency to
+second order around a centre ``(mu, nu)`` and sums the expansions per host into
+polynomials in ``(mu, nu_h)`` (:mod:`models.allocation_model`). Inside a box around the
+centre those polynomials are accurate except for the few pages near a kink (a bound about
+to bind, a page about to be given up, a Taylor series that converges slowly): those
+*boundary* pages are kept apart and evaluated exactly. The model is solved for the
+budget's and the hosts' multipliers at the cost of the boundary pages only, and its
+third-order terms say how far the answer may be off, which sizes the next box. Once a
+box is small enough that every smooth page's expansion is exact to 1e-12 (a relative
+half-width of 1e-4), the answer is read from the expansions, without another pass, and
+checked (the budget and every capacity to 1e-11).
+
+Candidate hosts (those that may bind) keep their own centres: when only their
+multipliers are unsettled, only their pages are refreshed. The start comes from a reduced
+problem (a uniform sample of pages plus a sample of each host likely to bind, reweighted
+to have the same multipliers) solved by the direct solver, then from the candidate hosts'
+pages alone with mu held. Hosts that bind although the sample said otherwise are found at
+a full refresh (every host's load is exact there) and become candidates.
+
+If the refreshes do not settle (or float64 cannot resolve the budget's root, which takes a
+page on its give-up ramp at the root of a small problem), the direct solver takes over:
+the answer is the same, only slower.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import NDArray
+
+from models.allocation_model import (
+    MOMENTS,
+    Answer,
+    BoundaryPages,
+    Centres,
+    Model,
+    UnresolvedError,
+)
+from models.allocation_refresh import (
+    Pages,
+    Refresh,
+    chunked,
+    expand,
+    moments_of,
+)
+from models.allocation_solver import TOLERANCE, Solution, page_scale, solve_direct
+from models.rate_solver import CHUNK_PAGES, bincount
+
+if TYPE_CHECKING:
+    from models.allocation import AllocationProblem
+
+log = logging.getLogger(__name__)
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.intp]
+BoolArray = NDArray[np.bool_]
+
+DIRECT_PAGES = 1 << 18  # problems up to this size are solved directly
+_SAMPLE = 1 << 16  # uniform sample of the reduced problem (at most; 1/32 of the pages)
+_SAMPLE_MIN = 4096
+_HOST_SAMPLE = 256  # pages of each likely-binding host in the reduced problem
+_HOST_SEEN = 16  # sampled pages a host needs before the sample can call it likely-binding
+_LIKELY = 0.7  # ... and the share of its capacity its sampled load must reach
+_FINAL = 1e-4  # relative half-width of a box in which expansions are exact to 1e-12
+_FIRST_BOX = 0.04  # relative half-width of the first box in mu
+_FIRST_HOST_BOX = 0.1  # ... and in each candidate host's total multiplier
+_REFRESHES = 12  # full refreshes count 1, host refreshes their share of the pages
+
+
+def solve_local(problem: AllocationProblem, scale: FloatArray) -> Solution:
+    """Solve a big problem whose budget binds (see the module docstring)."""
+    pages = Pages.of(problem, scale)
+    start = _start(problem)
+    if start is not None:
+        mu, nu_host, candidates = start
+        solver = _LocalSolver(problem, pages, candidates)
+        try:
+            solution = solver.run(mu, nu_host)
+        except UnresolvedError:
+            solution = None
+        if solution is not None:
+            log.debug("allocation solved in %.2f refreshes' worth", solver.work)
+            return solution
+        log.info("local models did not settle after %.2f refreshes: direct solve", solver.work)
+    return solve_direct(problem, scale)
+
+
+# --------------------------------------------------------------------------- pages
+
+
+# --------------------------------------------------------------------------- start
+
+
+def _start(problem: AllocationProblem) -> tuple[float, FloatArray, BoolArray] | None:
+    """Budget and host multipliers of a reduced problem, and the hosts likely to bind.
+
+    The reduced problem keeps a uniform sample of pages and, for each host the sample
+    says may bind, a sample of that host's own pages. A page kept with probability ``p``
+    stands for ``1/p`` pages: its cost and weight are divided by ``p`` and its host's
+    capacity multiplied by it, which leaves the budget multiplier unchanged and scales
+    the host's by ``p`` (objectives whose scale is inversely proportional to the weight,
+    as all of :mod:`models.freshness`'s are).
+    """
+    p = problem
+    n, n_hosts = p.size, p.host_capacity.shape[0]
+    rng = np.random.default_rng(0)
+    if n <= 4 * _SAMPLE_MIN:  # small enough to be its own reduced problem
+        exact = solve_direct(p, page_scale(p), tolerance=1e-4)
+        if not 0 < exact.multiplier < np.inf:
+            return None
+        nu = exact.host_multipliers
+        return exact.multiplier, nu, np.isfinite(p.host_capacity) & (nu > 0)
+    size = min(_SAMPLE, max(_SAMPLE_MIN, n // 32))
+    share = size / n
+    uniform = np.sort(rng.choice(n, size, replace=False))
+    free = _reduced(p, uniform, np.full(size, share), np.full(n_hosts, np.inf))
+    first = solve_direct(free, page_scale(free), tolerance=1e-2)
+    if not 0 < first.multiplier < np.inf:
+        return None
+    limited = np.isfinite(p.host_capacity)
+    if not limited.any():
+        return first.multiplier, np.zeros(n_hosts), limited
+    seen = np.bincount(p.hosts[uniform], minlength=n_hosts)
+    load = bincount(p.hosts[uniform], first.frequencies, n_hosts) / share
+    likely = limited & (seen >= _HOST_SEEN) & (load >= _LIKELY * p.host_capacity)
+    if not likely.any():
+        return first.multiplier, np.zeros(n_hosts), likely
+    in_likely = np.flatnonzero(likely[p.hosts])
+    pages = np.bincount(p.hosts[in_likely], minlength=n_hosts)
+    keep = np.where(likely, np.minimum(1.0, _HOST_SAMPLE / np.maximum(pages, 1)), 1.0)
+    chosen = in_likely[rng.random(in_likely.shape[0]) < keep[p.hosts[in_likely]]]
+    others = uniform[~likely[p.hosts[uniform]]]
+    sample = np.concatenate([others, chosen])
+    probability = np.concatenate([np.full(others.shape[0], share), keep[p.hosts[chosen]]])
+    capacity = np.where(likely, p.host_capacity * keep, np.inf)
+    reduced = _reduced(p, sample, probability, capacity)
+    second = solve_direct(reduced, page_scale(reduced), tolerance=1e-4)
+    if not 0 < second.multiplier < np.inf:
+        return None
+    return second.multiplier, np.where(likely, second.host_multipliers * keep, 0.0), likely
+
+
+def _reduced(
+    p: AllocationProblem, sample: IntArray, probability: FloatArray, capacity: FloatArray
+) -> AllocationProblem:
+    """The problem restricted to ``sample``, each page standing for 1/probability pages."""
+    return dataclasses.replace(
+        p,
+        rates=p.rates[sample],
+        costs=p.costs[sample] / probability,
+        weights=p.weights[sample] / probability,
+        min_frequency=p.min_frequency[sample],
+        max_frequency=p.max_frequency[sample],
+        hosts=p.hosts[sample],
+        host_capacity=capacity,
+    )
+
+
+# --------------------------------------------------------------------------- solver
+
+
+class _LocalSolver:
+    """Refresh, solve the model, repeat until the answer can be read from the expansions."""
+
+    def __init__(self, problem: AllocationProblem, pages: Pages, candidates: BoolArray) -> None:
+        self.p = problem
+        self.pages = pages
+        self.work = 0.0
+        n = pages.size
+        self.f0, self.d1, self.d2 = np.empty(n), np.empty(n), np.empty(n)
+        self.mean_cost = float(np.mean(pages.cost))
+        self.cand_hosts = np.flatnonzero(candidates)
+        self.slot_of_host = np.zeros(problem.host_capacity.shape[0], dtype=np.intp)
+        self.slot_of_host[self.cand_hosts] = np.arange(1, self.cand_hosts.shape[0] + 1)
+        self.slot = self.slot_of_host[pages.host]
+        self.cap = np.concatenate([[np.inf], problem.host_capacity[self.cand_hosts]])
+        self._candidate_pages: Pages | None = None
+        self._candidate_slot = np.zeros(0, dtype=np.intp)
+        # the candidate pages' expansions, when refreshed after the last full refresh
+        self.held: tuple[FloatArray, FloatArray, FloatArray] | None = None
+
+    @property
+    def slots(self) -> int:
+        return int(self.cap.shape[0])
+
+    def candidate_pages(self) -> Pages:
+        """The candidate hosts' pages, in order of slot (their sums are then contiguous)."""
+        if self._candidate_pages is None:
+            index = np.flatnonzero(self.slot > 0)
+            index = index[np.argsort(self.slot[index], kind="stable")]
+            self._candidate_pages = self.pages.subset(index)
+            self._candidate_slot = self.slot[index]
+        return self._candidate_pages
+
+    # ----------------------------------------------------------------- the loop
+
+    def run(self, mu: float, nu_host: FloatArray) -> Solution | None:
+        s = self.slots
+        nu = np.concatenate([[0.0], nu_host[self.cand_hosts]])
+        reach = np.zeros(s)
+        follow = np.zeros(s)
+        if s > 1:
+            nu, reach, follow = self._hosts_first(mu, nu)
+        # nu follows mu along ``follow`` only to first order: the box takes the rest
+        reach = np.maximum(reach, 2 * _FIRST_BOX**2 * (nu + mu * self.mean_cost))
+        reach[0] = 0.0
+        centres = Centres(
+            np.full(s, mu),
+            nu,
+            np.full(s, _FIRST_BOX * mu),
+            reach,
+            follow,
+            np.zeros(s, dtype=bool),
+        )
+        centres.final[:] = self._is_final(centres)
+        moments = np.zeros((MOMENTS, s))
+        boundary = np.zeros(0, dtype=np.intp)
+        full = True
+        settled = np.zeros(s, dtype=bool)
+        while self.work < _REFRESHES:
+            if full:
+                done = self._refresh(self.pages, centres)
+                moments, boundary = done.moments, done.boundary
+                assert done.host_load is not None
+                centres, moments, boundary = self._promote(centres, moments, boundary, done)
+            else:
+                moments, boundary = self._refresh_hosts(centres, ~settled, moments, boundary)
+            model = self._model(centres, moments, boundary)
+            answer = self._solve(model, centres)
+            if answer is None:
+                return None
+            settled = self._settled(centres, answer)
+            if settled.all():
+                solution = self._finish(centres, model, answer)
+                if solution is not None:
+                    return solution
+                settled[:] = False  # the check failed: refresh everything around the answer
+            # Hosts held at the edge of their boxes move first, alone (their pages only),
+            # as long as mu stays inside the free pages' box.
+            full = answer.mu_clamped or not (answer.host_clamped.any() or settled[0])
+            centres = self._next(centres, model, answer, settled, full)
+        return None
+
+    def _hosts_first(self, mu: float, nu: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """The candidate hosts' multipliers at the start's mu, from their own pages.
+
+        The sample knows them to ~10% only: a box that wide in a full refresh would make
+        much of the hosts' pages boundary pages. Their pages alone, refreshed with mu held,
+        settle them first. Returns nu, the reach its error calls for, and d nu / d mu.
+        """
+        s = self.slots
+        m = nu + mu * self.mean_cost
+        reach = _FIRST_HOST_BOX * m
+        reach[0] = 0.0
+        none = np.zeros(s)
+        centre = nu.copy()
+        clamped = np.ones(s, dtype=bool)
+        moments = np.zeros((MOMENTS, s))
+        boundary = np.zeros(0, dtype=np.intp)
+        for _ in range(3):  # the hosts the last box held are refreshed again, alone
+            c = Centres(np.full(s, mu), centre, none, reach, none, np.zeros(s, dtype=bool))
+            moments, boundary = self._refresh_hosts(c, clamped, moments, boundary)
+            model = self._model(c, moments, boundary, 1e-9)
+            found, state = model.hosts(mu, nu)
+            clamped = (state == 1) | ((state == -1) & (model.lo_nu > 0))
+            load, load_nu, load_mu, *_ = model.terms(mu, found)
+            binding = (state == 0) & np.isfinite(self.cap)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                follow = np.where(binding & (load_nu < 0), -load_mu / load_nu, 0.0)
+            error = model.host_error(mu, found)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                beyond = np.where(clamped, np.nan_to_num(-(load - self.cap) / load_nu), 0.0)
+            m = found + mu * self.mean_cost
+            wide = np.array(
+                [
+                    _reach(float(e), float(x), float(r), bool(h), float(b))
+                    for e, x, r, h, b in zip(error, m, reach, clamped, beyond, strict=True)
+                ]
+            )
+            wide[0] = 0.0
+            nu = found
+            centre = np.where(clamped, found, centre)
+            reach = np.where(clamped, wide, reach)
+            if not clamped.any():
+                break
+        return nu, wide, follow
+
+    def _is_final(self, c: Centres) -> BoolArray:
+        m = c.nu + c.mu * self.mean_cost
+        final = _FINAL * (1 + 1e-6)
+        return (c.mu_reach <= final * c.mu) & (c.nu_reach <= final * m)
+
+    def _settled(self, c: Centres, answer: Answer) -> BoolArray:
+        """Slots whose expansions can give the answer: not clamped, and a final box.
+
+        A host held at 0 at its centre and in the answer moves with mu only, like slot 0:
+        mu's box is the one that must be final.
+        """
+        idle = (c.nu == 0) & (answer.nu == 0)
+        ok: BoolArray = (c.final | (idle & (c.mu_reach <= _FINAL * c.mu))) & ~answer.host_clamped
+        ok[0] = bool(c.final[0]) and not answer.mu_clamped
+        return ok
+
+    def _model(
+        self, c: Centres, moments: FloatArray, boundary: IntArray, tolerance: float = 0.0
+    ) -> Model:
+        pg = self.pages
+        b = BoundaryPages(
+            boundary,
+            pg.cost[boundary],
+            pg.scale[boundary],
+            pg.rate[boundary],
+            pg.f_min[boundary],
+            pg.f_max[boundary],
+            self.slot[boundary],
+        )
+        if not tolerance:  # a model may be far more accurate than its box: solve it tightly
+            tolerance = 0.1 * TOLERANCE if c.final.all() else 1e-10
+        return Model(c, moments, b, self.cap, self.p.budget, pg.inverse, tolerance)
+
+    def _solve(self, model: Model, c: Centres) -> Answer | None:
+        lo = float(np.max(c.mu - c.mu_reach))
+        hi = float(np.min(c.mu + c.mu_reach))
+        if not 0 < lo <= hi:
+            return None
+        return model.solve(lo, hi, float(np.clip(c.mu[0], lo, hi)))
+
+    def _next(
+        self, c: Centres, model: Model, answer: Answer, settled: BoolArray, full: bool
+    ) -> Centres:
+        """Centres and boxes of the next refresh: around the answer, sized from its error.
+
+        Slots that are settled keep theirs. A box is four times the error the third-order
+        terms predict (at least 1e-9 relative), the largest final box if that covers
+        twice the error, and four times the old box where the answer was held at its edge.
+        """
+        mu_error, nu_error = model.error(answer)
+        mu = answer.mu
+        m = answer.nu + mu * self.mean_cost
+        mu_reach = _reach(mu_error, mu, float(c.mu_reach[0]), answer.mu_clamped, answer.mu_beyond)
+        nu_reach = np.array(
+            [
+                _reach(float(err), float(scale), float(old), bool(held), float(far))
+                for err, scale, old, held, far in zip(
+                    nu_error, m, c.nu_reach, answer.host_clamped, answer.nu_beyond, strict=True
+                )
+            ]
+        )
+        nu_reach = np.maximum(nu_reach, 2 * (mu_reach / mu) ** 2 * m)  # see run()
+        nu_reach[0] = 0.0
+        fresh = np.ones(self.slots, dtype=bool) if full else ~settled
+        if not full:  # hosts move alone: mu may follow as far as the free pages' box allows
+            fresh[0] = False
+            mu_reach = max(mu_reach, float(c.mu_reach[0]))
+        out = Centres(
+            np.where(fresh, mu, c.mu),
+            np.where(fresh, answer.nu, c.nu),
+            np.where(fresh, mu_reach, c.mu_reach),
+            np.where(fresh, nu_reach, c.nu_reach),
+            np.where(fresh, answer.follow, c.follow),
+            c.final.copy(),
+        )
+        out.final[:] = self._is_final(out)
+        return out
+
+    # ----------------------------------------------------------------- refresh
+
+    def _refresh_hosts(
+        self, c: Centres, fresh: BoolArray, moments: FloatArray, boundary: IntArray
+    ) -> tuple[FloatArray, IntArray]:
+        """Refresh the pages of the candidate hosts in ``fresh`` only; the rest stand."""
+        fresh = fresh.copy()
+        fresh[0] = False
+        cand = self.candidate_pages()
+        if fresh[1:].all():
+            done = self._refresh(cand, c)
+        else:
+            rows = np.flatnonzero(fresh[self._candidate_slot])
+            some = Pages(
+                cand.index[rows] if cand.index is not None else rows,
+                cand.cost[rows],
+                cand.scale[rows],
+                cand.rate[rows],
+                cand.f_min[rows],
+                cand.f_max[rows],
+                cand.host[rows],
+                cand.inverse,
+            )
+            self.work += rows.size / self.pages.size
+            out = (np.empty(rows.size), np.empty(rows.size), np.empty(rows.size))
+            done = expand(
+                some, self._candidate_slot[rows], c, self.slots, self.p.host_capacity.shape[0], out
+            )
+            if self.held is not None:
+                for kept, new in zip(self.held, out, strict=True):
+                    kept[rows] = new
+            else:
+                assert some.index is not None
+                self.f0[some.index], self.d1[some.index], self.d2[some.index] = out
+            assert some.index is not None
+            done.boundary = some.index[done.boundary]
+        moments = moments.copy()
+        moments[:, fresh] = done.moments[:, fresh]
+        stay = boundary[~fresh[self.slot[boundary]]]
+        return moments, np.union1d(stay, done.boundary)
+
+    def _refresh(self, pages: Pages, c: Centres) -> Refresh:
+        """Expand ``pages`` around their slots' centres (one pass, in parallel chunks)."""
+        n = pages.size
+        full = pages.index is None
+        self.work += n / self.pages.size
+        held = pages is self._candidate_pages
+        if full:
+            slot = self.slot
+            out = (self.f0, self.d1, self.d2)
+            self.held = None
+        else:
+            slot = self._candidate_slot if held else self.slot[pages.index]
+            out = (np.empty(n), np.empty(n), np.empty(n))
+        done = expand(pages, slot, c, self.slots, self.p.host_capacity.shape[0], out)
+        if not full:
+            assert pages.index is not None
+            if held:  # kept apart: scattering into the full arrays would cost a pass's share
+                self.held = out
+            else:
+                self.f0[pages.index], self.d1[pages.index], self.d2[pages.index] = out
+            done.boundary = pages.index[done.boundary]
+        return done
+
+    def _promote(
+        self, c: Centres, moments: FloatArray, boundary: IntArray, done: Refresh
+    ) -> tuple[Centres, FloatArray, IntArray]:
+        """Hosts held at 0 whose load may reach capacity in the box become candidates.
+
+        Their pages' share of slot 0's sums comes off, and they are refreshed again (their
+        pages only) in a box that lets their own multiplier move.
+        """
+        p, pg = self.p, self.pages
+        assert done.host_load is not None
+        margin = 1.5 * float(c.mu_reach[0] / c.mu[0]) + 1e-6
+        held = np.isfinite(p.host_capacity)
+        held[self.cand_hosts] = False
+        new = np.flatnonzero(held & (done.host_load >= p.host_capacity * (1 - margin)))
+        if new.size == 0:
+            return c, moments, boundary
+        log.debug("%d hosts may bind although the start did not say so", new.size)
+        first, k = self.slots, new.size
+        promoted = np.zeros(p.host_capacity.shape[0], dtype=bool)
+        promoted[new] = True
+        moved = np.flatnonzero(promoted[pg.host])
+        smooth = ~np.isin(moved, boundary, assume_unique=True)
+        d1, d2 = self.d1[moved] * smooth, self.d2[moved] * smooth
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kappa = np.where(d1 != 0, d2 * d2 / np.abs(d1), 0.0)
+        zero = np.zeros(moved.size, dtype=np.intp)
+        gone = moments_of(zero, pg.cost[moved], self.f0[moved] * smooth, d1, d2, kappa, 1)
+        moments = np.concatenate([moments, np.zeros((MOMENTS, k))], axis=1)
+        moments[:, 0] -= gone[:, 0]
+        boundary = boundary[~promoted[pg.host[boundary]]]
+        self.slot_of_host[new] = np.arange(first, first + k)
+        self.slot[moved] = self.slot_of_host[pg.host[moved]]
+        self.cand_hosts = np.concatenate([self.cand_hosts, new])
+        self.cap = np.concatenate([self.cap, p.host_capacity[new]])
+        self._candidate_pages = None
+        mu = float(c.mu[0])
+        c = Centres(
+            np.concatenate([c.mu, np.full(k, mu)]),
+            np.concatenate([c.nu, np.zeros(k)]),
+            np.concatenate([c.mu_reach, np.full(k, c.mu_reach[0])]),
+            np.concatenate([c.nu_reach, np.full(k, _FIRST_HOST_BOX * mu * self.mean_cost)]),
+            np.concatenate([c.follow, np.zeros(k)]),
+            np.concatenate([c.final, np.zeros(k, dtype=bool)]),
+        )
+        again = self._refresh(pg.subset(moved), c)
+        moments[:, first:] = again.moments[:, first:]
+        return c, moments, np.union1d(boundary, again.boundary)
+
+    # ----------------------------------------------------------------- finish
+
+    def _finish(self, c: Centres, model: Model, answer: Answer) -> Solution | None:
+        """Frequencies read from the expansions (exact on boundary pages), checked."""
+        pg, p = self.pages, self.p
+        n = pg.size
+        mu, nu = answer.mu, answer.nu
+        step_mu = mu - c.mu
+        step_nu = nu - c.nu
+        f = np.empty(n)
+
+        def read(
+            f0: FloatArray, d1: FloatArray, d2: FloatArray, cost: FloatArray, s: IntArray
+        ) -> FloatArray:
+            step = step_mu[s] * cost
+            step += step_nu[s]
+            value = d2 * step
+            value += d1
+            value *= step
+            value += f0
+            return value
+
+        def run(lo: int) -> None:
+            part = slice(lo, min(lo + CHUNK_PAGES, n))
+            f[part] = read(
+                self.f0[part], self.d1[part], self.d2[part], pg.cost[part], self.slot[part]
+            )
+
+        chunked(run, n)
+        if self.held is not None:
+            cand = self.candidate_pages()
+            assert cand.index is not None
+            f[cand.index] = read(*self.held, cand.cost, self._candidate_slot)
+        f[model.b.index] = model.boundary_frequencies(mu, nu)
+        load = bincount(pg.host, f, p.host_capacity.shape[0])
+        self._mix(model, answer, f, load)
+        spent = float(np.einsum("i,i->", pg.cost, f))
+        nu_host = np.zeros(p.host_capacity.shape[0])
+        nu_host[self.cand_hosts] = nu[1:]
+        binding = nu_host > 0
+        over = load > p.host_capacity * (1 + TOLERANCE)
+        short = binding & (np.abs(load - p.host_capacity) > TOLERANCE * p.host_capacity)
+        if abs(spent - p.budget) > TOLERANCE * p.budget or over.any() or short.any():
+            log.debug(
+                "the answer read from the expansions is off: budget %.3g, %d hosts over, %d short",
+                spent / p.budget - 1,
+                int(over.sum()),
+                int(short.sum()),
+            )
+            return None
+        return Solution(f, mu, nu_host, spent)
+
+    def _mix(self, model: Model, answer: Answer, f: FloatArray, load: FloatArray) -> None:
+        """Meet the capacity of hosts whose multiplier float64 cannot resolve.
+
+        Their load jumps between two neighbouring multipliers (a page on the ramp below
+        phi's limit): their boundary pages take the mix of both ends that fills the
+        capacity exactly (the smooth pages do not move across one float).
+        """
+        jump = np.flatnonzero(answer.other != answer.nu)
+        if jump.size == 0:
+            return
+        b = model.b
+        rows = np.isin(b.slot, jump)
+        pages, slot = b.index[rows], b.slot[rows]
+        up = answer.nu.copy()
+        up[jump] = answer.other[jump]
+        low = model.boundary_frequencies(answer.mu, answer.nu)[rows]
+        high = model.boundary_frequencies(answer.mu, up)[rows]
+        n = self.slots
+        rest = load[self.cand_hosts[jump - 1]] - bincount(slot, f[pages], n)[jump]
+        below, above = bincount(slot, low, n)[jump], bincount(slot, high, n)[jump]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            theta = np.clip((self.cap[jump] - rest - below) / (above - below), 0.0, 1.0)
+        share = np.zeros(n)
+        share[jump] = np.nan_to_num(theta)
+        mixed = low + share[slot] * (high - low)
+        f[pages] = mixed
+        load[self.cand_hosts[jump - 1]] = rest + bincount(slot, mixed, n)[jump]
+
+
+def _reach(error: float, scale: float, old: float, held: bool, beyond: float = 0.0) -> float:
+    """A box's half-width for a multiplier of size ``scale`` known to within ``error``.
+
+    Where the last box held the answer at its edge, four times that box, or twice the
+    step Newton would still take, whichever is more.
+    """
+    final = 0.99 * _FINAL * scale
+    if held:
+        wide = max(4.0 * old, 2.0 * abs(beyond), 1e-5 * scale)
+        return float(min(wide, 0.75 * scale if scale > 0 else np.inf))
+    reach = max(8.0 * error, 1e-6 * scale)
+    if reach > final and 2.0 * error <= final:
+        reach = final
+    return float(min(reach, 0.5 * scale)) if scale > 0 else reach

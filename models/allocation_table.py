@@ -1,0 +1,198 @@
+"""phi^-1 for every page at once: the frequency that meets a multiplier, and its derivatives.
+
+At the optimum a page strictly inside its bounds has ``phi(rate / f) = t`` with
+``t = m * scale`` (``m`` the page's total multiplier). :class:`PhiInverse` inverts phi
+from one table of ``y = log r`` on a uniform grid of ``u = log(t / (1 - t / limit))``
+(``log t`` when phi is unbounded), where ``y`` is smooth at both ends. Each node keeps the
+Taylor coefficients of ``y`` to second order, so a page reads ``y`` from its nearest node
+with one gather per coefficient and a Horner step: ~1e-11 relative, no search, and the
+first and second derivatives come out of the same polynomial. Those derivatives are what
+the local models of :mod:`models.allocation_local` are made of.
+
+Between ``edge`` (a relative 1e-9 below phi's limit) and the limit, f falls linearly to 0:
+in float64 f would fall from ~rate/37 to 0 within one ulp of the limit, and the loads
+would jump there; the ramp keeps every load continuous, at the price of an optimality
+error below 1e-9 in the multipliers of the pages on it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from models.freshness import Objective
+
+FloatArray = NDArray[np.float64]
+
+#: Width of the ramp just below phi's limit, relative to the limit.
+EDGE = 1e-9
+_POINTS = 1 << 16  # table nodes
+_R_LOW, _R_HIGH = 1e-17, 1e6  # r range of the table; beyond it phi is a power law
+
+
+class PhiInverse:
+    """``f = clip(rate / r(t))`` with ``phi(r(t)) = t``, and its derivatives in ``m``.
+
+    Build one with :func:`inverse_of` (tables are cached per objective).
+    """
+
+    def __init__(self, objective: Objective, points: int = _POINTS) -> None:
+        self.objective = objective
+        self.limit = float(objective.phi_limit)
+        self.bounded = bool(np.isfinite(self.limit))
+        self.edge = self.limit * (1 - EDGE) if self.bounded else np.inf
+        dense = np.linspace(np.log(_R_LOW), np.log(_R_HIGH), 100_001)
+        phi = objective.phi(np.exp(dense))
+        inside = phi < self.edge
+        u_dense = self._u(phi[inside])
+        top = float(self._u(np.array([self.edge]))[0]) if self.bounded else float(u_dense[-1])
+        grid = np.linspace(float(u_dense[0]), top, points)
+        log_r = np.interp(grid, u_dense, dense[inside])
+        for _ in range(4):  # Newton polish on u(phi(r)) = grid, in log r
+            r = np.exp(log_r)
+            phi = objective.phi(r)
+            log_r -= (self._u(phi) - grid) / (r * objective.phi_slope(r) * self._du(phi))
+        r = np.exp(log_r)
+        phi = objective.phi(r)
+        h = float(grid[1] - grid[0])
+        slope = h / (r * objective.phi_slope(r) * self._du(phi))  # dy/du, in grid steps
+        second = _stencil(slope)  # d2y/du2 in grid steps
+        # Beyond the ends phi is a power law (y linear in u): the end nodes extrapolate
+        # along their slope. At the top of a bounded phi no page goes past the edge node.
+        second[0] = 0.0
+        if not self.bounded:
+            second[-1] = 0.0
+        self.u0 = float(grid[0])
+        self.inv_h = 1.0 / h
+        self.last = points - 1
+        self.c0 = log_r
+        self.c1 = slope
+        self.c2 = second / 2.0
+        self.edge_r = float(r[-1]) if self.bounded else 0.0
+        # u = log(x) + log(limit) for bounded phi, x = t / (limit - t): fold the constant
+        self.shift = self.u0 - (np.log(self.limit) if self.bounded else 0.0)
+
+    def _u(self, t: FloatArray) -> FloatArray:
+        with np.errstate(divide="ignore"):
+            if self.bounded:
+                return np.asarray(np.log(t * self.limit / (self.limit - t)), dtype=np.float64)
+            return np.asarray(np.log(t), dtype=np.float64)
+
+    def _du(self, t: FloatArray) -> FloatArray:
+        """du/dt."""
+        if self.bounded:
+            return np.asarray(self.limit / (t * (self.limit - t)), dtype=np.float64)
+        return np.asarray(1.0 / t, dtype=np.float64)
+
+    def _read(
+        self, t: FloatArray, order: int
+    ) -> tuple[FloatArray, FloatArray, FloatArray | None, FloatArray, FloatArray | None]:
+        """y, dy/du, d2y/du2 (order 2, else None), du/dt and d2u/dt2 (order 2) at t."""
+        below = np.minimum(t, self.edge) if self.bounded else t
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if self.bounded:
+                gap = self.limit - below
+                s = np.log(below / gap)
+                inv_gap = 1.0 / gap
+            else:
+                s = np.log(below)
+            inv_t = 1.0 / below
+        s -= self.shift
+        s *= self.inv_h
+        np.clip(s, -1e300, 1e300, out=s)  # t = 0 (or inf): far along the end node's slope
+        nearest = s + 0.5
+        np.clip(nearest, 0.0, float(self.last), out=nearest)
+        index = nearest.astype(np.intp)  # the nearest node (the end node beyond the table)
+        s -= index  # the offset from it, in grid steps
+        c1, c2 = self.c1.take(index), self.c2.take(index)
+        yu = 2.0 * c2
+        yu *= s
+        yu += c1  # dy/du in grid steps
+        y = c2 * s
+        y += c1
+        y *= s
+        y += self.c0.take(index)
+        yu *= self.inv_h
+        du = inv_t + inv_gap if self.bounded else inv_t
+        if order < 2:
+            return y, yu, None, du, None
+        yuu = c2 * (2.0 * self.inv_h * self.inv_h)
+        ddu = inv_t * inv_t
+        ddu = inv_gap * inv_gap - ddu if self.bounded else -ddu
+        return y, yu, yuu, du, ddu
+
+    def frequency(
+        self,
+        t: FloatArray,
+        rate: FloatArray,
+        scale: FloatArray,
+        f_min: FloatArray,
+        f_max: FloatArray,
+    ) -> tuple[FloatArray, FloatArray]:
+        """f = clip(rate / r(t)) and df/dm (t = m * scale), 0 where clipped."""
+        raw, d1, _ = self.raw_expansion(t, rate, scale, order=1)
+        f = np.fmin(np.fmax(raw, f_min), f_max)  # NaN (0 x inf: nothing to gain) -> f_min
+        np.copyto(d1, 0.0, where=~inside_bounds(raw, d1, f_min, f_max))
+        return f, d1
+
+    def raw_expansion(
+        self, t: FloatArray, rate: FloatArray, scale: FloatArray, order: int = 2
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Unclipped f, df/dm and d2f/dm2 / 2 (empty if order 1) at t = m * scale.
+
+        On the ramp below phi's limit f is linear in m (second coefficient 0).
+        """
+        y, yu, yuu, du, ddu = self._read(t, order)
+        with np.errstate(over="ignore", invalid="ignore"):
+            raw = np.exp(-y)
+            raw *= rate
+            g1 = yu * du  # -d log f / dt
+            d1 = -raw * g1 * scale
+            d2 = np.zeros(0)
+            if yuu is not None and ddu is not None:  # d2f/dt2 = f ((y' u')^2 - y'' u'^2 - y' u'')
+                d2 = g1 * g1
+                d2 -= yuu * du * du
+                d2 -= yu * ddu
+                d2 *= raw
+                d2 *= 0.5 * scale * scale
+        if self.bounded and t.size and float(np.max(t)) > self.edge:
+            ramp = np.flatnonzero(t > self.edge)
+            width = self.limit - self.edge
+            share = np.clip((self.limit - t[ramp]) / width, 0.0, 1.0)
+            top = rate[ramp] / self.edge_r
+            raw[ramp] = top * share
+            d1[ramp] = np.where(share > 0, -top * scale[ramp] / width, 0.0)
+            if d2.size:
+                d2[ramp] = 0.0
+        return raw, d1, d2
+
+
+_TABLES: dict[tuple[str, int], PhiInverse] = {}
+
+
+def inverse_of(objective: Objective) -> PhiInverse:
+    """The table for ``objective``, built once per objective (keyed by name and identity)."""
+    key = (objective.name, id(objective))
+    table = _TABLES.get(key)
+    if table is None or table.objective is not objective:
+        table = _TABLES[key] = PhiInverse(objective)
+    return table
+
+
+def inside_bounds(
+    raw: FloatArray, slope: FloatArray, f_min: FloatArray, f_max: FloatArray
+) -> NDArray[np.bool_]:
+    """Where the unclipped frequency lies strictly between the bounds (and is usable)."""
+    inside = raw > f_min
+    inside &= raw < f_max
+    inside &= np.isfinite(slope)
+    return inside
+
+
+def _stencil(values: FloatArray) -> FloatArray:
+    """The derivative of a smooth tabulated function, per grid step (five-point stencil)."""
+    out = np.empty_like(values)
+    out[2:-2] = (values[:-4] - 8.0 * values[1:-3] + 8.0 * values[3:-1] - values[4:]) / 12.0
+    out[:2] = values[1:3] - values[:2]
+    out[-2:] = values[-2:] - values[-3:-1]
+    return out
