@@ -36,7 +36,13 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
-FETCH = {"min_delay_s": 0.0, "max_delay_s": 0.05, "delay_factor": 1.0, "seed": 1}
+FETCH = {
+    "min_delay_s": 0.0,
+    "max_delay_s": 0.05,
+    "delay_factor": 1.0,
+    "seed": 1,
+    "allowed_networks": ["127.0.0.0/8", "::1/128"],  # sandbox.SANDBOX_NETWORKS: loopback
+}
 BOOTSTRAP = {"discovery": 1.0, "reestimation": 0.0, "verification": 0.0}
 
 

@@ -49,11 +49,16 @@ def _cpu() -> float:
 
 
 def run_engine(urls: list[str], concurrency: int) -> dict[str, object]:
+    from sandbox import SANDBOX_NETWORKS
     from tasks.fetch import fetch_batch_sync
     from tasks.fetch_settings import FetchSettings
 
     settings = FetchSettings(
-        concurrency=concurrency, delay_factor=0.0, min_delay_s=0.0, max_delay_s=0.0
+        concurrency=concurrency,
+        delay_factor=0.0,
+        min_delay_s=0.0,
+        max_delay_s=0.0,
+        allowed_networks=SANDBOX_NETWORKS,  # the sandbox is on loopback
     )
     cpu, wall = _cpu(), time.perf_counter()
     result = fetch_batch_sync(urls, settings=settings)

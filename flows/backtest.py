@@ -23,7 +23,7 @@ from prefect import flow
 
 from flows.discover import discover_flow
 from flows.recrawl import recrawl_flow
-from sandbox import HostBehaviour, SandboxWeb, SimClock, serve_sandbox
+from sandbox import SANDBOX_NETWORKS, HostBehaviour, SandboxWeb, SimClock, serve_sandbox
 from tasks.compare import Comparison, compare_policies, plot_comparison
 from tasks.truth import SandboxSpec
 
@@ -42,6 +42,7 @@ SANDBOX_FETCH: dict[str, Any] = {
     "request_timeout_s": 5.0,
     "robots_timeout_s": 2.0,
     "seed": 1,
+    "allowed_networks": list(SANDBOX_NETWORKS),  # the address policy refuses loopback
 }
 BOOTSTRAP_SLICES = {"discovery": 1.0, "reestimation": 0.0, "verification": 0.0}
 
@@ -101,7 +102,13 @@ def run_sandbox_cycles(
     summaries = []
     with serve_sandbox(web) as running:
         sitemaps = [f"{running.base_url(i)}/sitemap.xml" for i in range(hosts)]
-        discover_flow(str(root), sitemaps=sitemaps, follow_seed_links=False, at=clock.now())
+        discover_flow(
+            str(root),
+            sitemaps=sitemaps,
+            follow_seed_links=False,
+            at=clock.now(),
+            allowed_networks=list(SANDBOX_NETWORKS),
+        )
         for cycle in range(cycles + 1):
             if cycle:
                 clock.advance(days=1)

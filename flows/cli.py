@@ -70,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     fetch.add_argument("--concurrency", type=int, help="requests in flight (RECRAWL_CONCURRENCY)")
     fetch.add_argument("--window", type=float, help="seconds before the rest is shed")
     fetch.add_argument("--cycle", type=int, default=0, help="cycle id written in the rows")
+    fetch.add_argument(
+        "--allow-network",
+        action="append",
+        metavar="CIDR",
+        help="reach this network although loopback/private/reserved, e.g. 127.0.0.0/8 for "
+        "the sandbox; repeatable (RECRAWL_ALLOWED_NETWORKS, comma-separated)",
+    )
 
     disc = sub.add_parser("discover", help="add new URLs to the catalog from seeds or sitemaps")
     disc.add_argument("--root", type=Path, default=Path("data"))
@@ -78,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     disc.add_argument("--max-pages", type=int, help="add at most N new pages")
     disc.add_argument(
         "--min-delay", type=float, default=0.5, help="seconds between requests to one host"
+    )
+    disc.add_argument(
+        "--allow-network",
+        action="append",
+        metavar="CIDR",
+        help="reach this network although loopback/private/reserved (as for fetch)",
     )
 
     hist = sub.add_parser("history", help="inspect or maintain the fetch history")
@@ -209,6 +222,7 @@ def _fetch(args: argparse.Namespace) -> int:
         "api_url": args.api_url,
         "proxy_url": args.proxy_url,
         "concurrency": args.concurrency,
+        "allowed_networks": args.allow_network,
     }
     try:
         settings = FetchSettings(**{k: v for k, v in overrides.items() if v is not None})
@@ -231,6 +245,8 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _discover(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from tasks.discovery import DiscoverySettings, discover_sync
     from tasks.sitemaps import SitemapSettings
 
@@ -240,7 +256,10 @@ def _discover(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-pages must be >= 0, got {args.max_pages}")
     if args.min_delay < 0:
         raise ValueError(f"--min-delay must be >= 0, got {args.min_delay}")
-    settings = DiscoverySettings(sitemaps=SitemapSettings(min_delay_s=args.min_delay))
+    sitemaps = SitemapSettings(min_delay_s=args.min_delay)
+    if args.allow_network:
+        sitemaps = replace(sitemaps, allowed_networks=tuple(args.allow_network))
+    settings = DiscoverySettings(sitemaps=sitemaps)
     report = discover_sync(
         args.root,
         seeds=args.seed,

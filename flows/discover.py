@@ -8,6 +8,7 @@ the new pages.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ from flows.run_context import run_logger
 from tasks.catalog import CatalogStore
 from tasks.discovery import DiscoverySettings, discover_sync
 from tasks.history import connect
+from tasks.sitemaps import SitemapSettings
 
 
 @task(name="discover-urls", cache_policy=NO_CACHE)
@@ -29,13 +31,17 @@ def discover_task(
     max_pages: int | None = None,
     follow_seed_links: bool = True,
     at: datetime | None = None,
+    allowed_networks: list[str] | None = None,
 ) -> dict[str, Any]:
+    sitemap_settings = SitemapSettings()
+    if allowed_networks is not None:
+        sitemap_settings = replace(sitemap_settings, allowed_networks=tuple(allowed_networks))
     report = discover_sync(
         root,
         seeds=seeds,
         sitemaps=sitemaps,
         max_pages=max_pages,
-        settings=DiscoverySettings(follow_seed_links=follow_seed_links),
+        settings=DiscoverySettings(sitemaps=sitemap_settings, follow_seed_links=follow_seed_links),
         now=at,
     )
     for line in report.summary_lines():
@@ -58,17 +64,21 @@ def discover_flow(
     max_pages: int | None = None,
     follow_seed_links: bool = True,
     at: datetime | None = None,
+    allowed_networks: list[str] | None = None,
 ) -> dict[str, Any]:
     """Discover pages from ``seeds`` (their robots.txt sitemaps and links) and ``sitemaps``.
 
     Without either, every catalog host's home page is a seed: the weekly run re-reads the
-    sitemaps of the hosts already known.
+    sitemaps of the hosts already known. ``allowed_networks`` (CIDR) opens loopback or
+    private networks to the address policy (default: RECRAWL_ALLOWED_NETWORKS, else none).
     """
     if not seeds and not sitemaps:
         seeds = catalog_origins(root)
         if not seeds:
             raise ValueError("discover needs seed URLs or sitemap URLs (the catalog is empty)")
-    return discover_task(root, seeds or [], sitemaps or [], max_pages, follow_seed_links, at)
+    return discover_task(
+        root, seeds or [], sitemaps or [], max_pages, follow_seed_links, at, allowed_networks
+    )
 
 
 def catalog_origins(root: str) -> list[str]:

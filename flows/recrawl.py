@@ -6,14 +6,20 @@ Shape of a run:
    ``<root>/_work/cycle=<id>/`` (``tasks.cycle``). A re-run of a cycle that crashed resumes
    its split; a cycle already committed is left alone unless ``replace``.
 2. ``host-limits`` creates or checks the ``tag:host:<h>`` concurrency limits and repairs
-   slots a crashed run left taken (``tasks.host_limits``).
+   slots a crashed run left taken (``tasks.host_limits``). Before anything, earlier runs on
+   the same root whose process died (SIGKILL) are set ``Crashed`` (``tasks.run_claims``).
 3. One ``fetch-host-batch`` task per batch, tagged ``host:<h>`` for each of its hosts, so
    the server never runs two batches of a host at once, across runs and machines. Slices of
    one large host are chained in this run (``wait_for``) instead of polling for the slot.
-   Pacing between requests happens inside the task (the fetch engine). Tasks get and return
-   only names, paths and counts; ``cache_policy=NO_CACHE`` throughout.
+   Pacing between requests happens inside the task (the fetch engine), which keeps its slots
+   until the pacing gap after its hosts' last requests has passed (``hold_until_paced``):
+   the next holder may be another process. Tasks get and return only names, paths and
+   counts; ``cache_policy=NO_CACHE`` throughout.
 4. ``commit-cycle`` publishes every part at once; batches that failed are in it as
    ``error`` rows, so a failed host batch never fails the cycle and its pages come back.
+   ``cycle-content`` then lands the fetched pages' new links in the catalog, honours their
+   ``rel="canonical"`` and flags near-duplicates (``tasks.cycle_content``); a re-run of a
+   cycle committed just before a crash does it then.
 5. ``report-cycle`` writes the numbers, plots and the keyed artifacts.
 
 Sync flow, sync tasks, a thread pool: an async task called from a sync flow would return a
@@ -22,11 +28,16 @@ coroutine that never runs. Each fetch task runs its own event loop (``asyncio.ru
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+from collections.abc import Iterable
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
+import pyarrow.parquet as pq
 from prefect import flow, task
 from prefect.artifacts import (
     create_markdown_artifact,
@@ -41,6 +52,7 @@ from pydantic import ValidationError
 
 from flows.plan import CostModelName, next_cycle_id, plan_cycle_task
 from flows.run_context import in_run, run_logger
+from models.urls import InvalidURLError, normalize
 from tasks.cycle import (
     BatchOutcome,
     BatchSpec,
@@ -48,12 +60,20 @@ from tasks.cycle import (
     commit_cycle,
     cycle_state,
     discard_work,
+    engine_state,
     fixed_clock,
     read_batch_metrics,
     read_batches,
     run_host_batch,
     split_plan,
+    work_dir,
 )
+from tasks.cycle_content import (
+    apply_cycle_content,
+    content_pending,
+    read_near_duplicate_report,
+)
+from tasks.fetch import EngineState
 from tasks.fetch_settings import FetchSettings
 from tasks.host_limits import ensure_tag_limits
 from tasks.memory import keep_freed_memory
@@ -65,6 +85,7 @@ from tasks.reports import (
     summary_markdown,
     write_plots,
 )
+from tasks.run_claims import claim_and_crash_dead_runs
 
 #: Host batches fetched at once by one flow run (threads; each batch fetches its hosts
 #: concurrently itself).
@@ -112,32 +133,74 @@ def fetch_host_batch_task(
     cost_model: str = "credits",
     window_s: float | None = None,
 ) -> BatchOutcome:
-    """Fetch one host batch; its rows become the batch's staged part of the cycle."""
+    """Fetch one host batch; its rows become the batch's staged part of the cycle.
+
+    The task ends (and gives its hosts' slots back) only once the pacing gap after each
+    host's last request has passed: the next holder of a slot may be another process, on
+    another machine, which knows nothing of this one's pacing and starts at once.
+    """
     started = time.time()
-    outcome = run_host_batch(
-        root,
-        cycle,
-        batch,
-        settings=FetchSettings(**(fetch or {})),
-        clock=fixed_clock(at) if at is not None else None,
-        cost_model=cost_model,
-        window_s=window_s,
-    )
+    settings = FetchSettings(**(fetch or {})).with_secrets()  # api_key_block, if named
+    try:
+        outcome = run_host_batch(
+            root,
+            cycle,
+            batch,
+            settings=settings,
+            clock=fixed_clock(at) if at is not None else None,
+            cost_model=cost_model,
+            window_s=window_s,
+        )
+    finally:
+        held = hold_until_paced(root, cycle, batch, settings)
     run_logger().info(
-        "%s: %d URLs, %d observations, %d failed, %.1f s%s",
+        "%s: %d URLs, %d observations, %d failed, %.1f s (%.1f s of it the last pacing gap)%s",
         batch,
         outcome.urls,
         outcome.observations,
         outcome.failed,
         time.time() - started,
+        held,
         " (resumed: already fetched)" if outcome.resumed else "",
     )
     return outcome
 
 
+def hold_until_paced(root: str, cycle: int, batch: str, settings: FetchSettings) -> float:
+    """Sleep until every host of the batch may be contacted again; the seconds slept.
+
+    The process's engine state knows when each host's last pacing gap ends; the batch's
+    hosts are the normalized ``host[:port]`` of its URLs, as the engine names them.
+    """
+    path = work_dir(root, cycle) / "batches" / f"{batch}.parquet"
+    if not path.exists():
+        return 0.0
+    hosts = set()
+    for url in set(pq.read_table(path, columns=["url"])["url"].to_pylist()):
+        with contextlib.suppress(InvalidURLError):
+            hosts.add(urlsplit(normalize(url)).netloc)
+    wait = pacing_left_s(engine_state(settings), hosts, time.monotonic())
+    time.sleep(wait)
+    return wait
+
+
+def pacing_left_s(state: EngineState, hosts: Iterable[str], now: float) -> float:
+    """Seconds until the pacing gap after the last request to each of ``hosts`` has passed."""
+    ends = [max(s.cooling) for h in hosts if (s := state.hosts.get(h)) is not None and s.cooling]
+    return max(0.0, max(ends, default=now) - now)
+
+
 @task(name="commit-cycle", cache_policy=NO_CACHE)
 def commit_cycle_task(root: str, cycle: int, at: datetime | None = None) -> CycleCommit:
     return commit_cycle(root, cycle, clock=fixed_clock(at) if at is not None else None)
+
+
+@task(name="cycle-content", cache_policy=NO_CACHE)
+def cycle_content_task(root: str, cycle: int, at: datetime | None = None) -> dict[str, Any]:
+    """New links into the catalog, canonicals, near-duplicates (after the commit)."""
+    started = time.time()
+    result = apply_cycle_content(root, cycle, work_dir(root, cycle), now=at)
+    return {**asdict(result), "started": started, "ended": time.time()}
 
 
 @task(name="report-cycle", cache_policy=NO_CACHE)
@@ -171,7 +234,9 @@ def report_cycle_task(
     cycles = record_cycle(root, numbers)
     rates = load_rate_estimates(root)["rate"].to_numpy()
     plots = write_plots(root, cycle, cycles, numbers, rates)
-    markdown = summary_markdown(numbers, pressure, plots, cost_model)
+    markdown = summary_markdown(
+        numbers, pressure, plots, cost_model, read_near_duplicate_report(root, cycle)
+    )
     (plots["freshness"].parent / "summary.md").write_text(markdown)
     if in_run():
         create_markdown_artifact(
@@ -234,9 +299,18 @@ def recrawl_flow(
         FetchSettings(**(fetch or {}))
     except ValidationError as exc:
         raise ValueError(f"bad fetch settings: {exc.errors()[0]['msg']}") from None
+    proxy = str((fetch or {}).get("proxy_url") or "")
+    if "api_key" in (fetch or {}) or "@" in urlsplit(proxy).netloc:  # Prefect stores these
+        raise ValueError(
+            "secrets are not flow parameters: set RECRAWL_API_KEY / RECRAWL_PROXY_URL in the "
+            "worker's environment, or name a Prefect Secret block in fetch['api_key_block']"
+        )
+    crashed_runs = claim_and_crash_dead_runs(root)  # earlier runs here whose process died
     cycle_id = next_cycle_id(root) if cycle is None else cycle
     state = cycle_state(root, cycle_id)
     if state == "committed" and not replace:
+        if content_pending(work_dir(root, cycle_id)):  # a crash came right after the commit
+            cycle_content_task(root, cycle_id, at)
         discard_work(root, cycle_id)
         logger.info(
             "cycle %s is already committed; nothing to do (replace=True redoes it)", cycle_id
@@ -264,6 +338,7 @@ def recrawl_flow(
 
     outcomes, failed = _fetch_batches(root, cycle_id, specs, fetch, at, cost_model, window_s)
     commit = commit_cycle_task(root, cycle_id, at)
+    content = cycle_content_task(root, cycle_id, at)
     report = report_cycle_task(root, cycle_id, plan_path, cost_model, len(failed), at, sandbox)
     summary = {
         "cycle": cycle_id,
@@ -275,10 +350,14 @@ def recrawl_flow(
         "fetch_s": sum(o.fetch_s for o in outcomes),
         "write_s": sum(o.write_s for o in outcomes) + commit.commit_s,
         "repaired_limits": list(limits["repaired"]),
+        "crashed_runs": list(crashed_runs),
+        "links_added": content["links_added"],
+        "near_duplicate_clusters": content["clusters"],
         "task_windows": [
             *[(name, *window) for name, window in timings.items()],
             *[(o.name, o.started, o.ended) for o in outcomes],
             ("commit", commit.started, commit.ended),
+            ("content", content["started"], content["ended"]),
             ("report", report.pop("started"), report.pop("ended")),
         ],
         "flow_s": time.time() - flow_started,

@@ -28,7 +28,14 @@ FloatArray = NDArray[np.float64]
 
 MIB = float(1 << 20)
 #: Outcomes that say the host is struggling or pushing back.
-UNHEALTHY_OUTCOMES: tuple[str, ...] = ("throttled", "timeout", "error")
+UNHEALTHY_OUTCOMES: tuple[str, ...] = (
+    "throttled",
+    "timeout",
+    "error",
+    "tls_error",
+    "bad_response",
+    "truncated",
+)
 #: Responses a scraping API bills: the page was delivered (a 304 is a delivered answer).
 BILLED_OUTCOMES: tuple[str, ...] = ("ok", "not_modified")
 

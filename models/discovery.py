@@ -23,7 +23,13 @@ are the crawler-design article's defenses against crawler traps and duplicates:
 
 Down-ranking near-duplicates: ``url_pattern`` maps a URL to its shape (digits -> ``N``,
 query values dropped) and ``pattern_multipliers`` turns near-duplicate reports of fetched
-pages into a value multiplier per shape, applied to new URLs of that shape.
+pages into a value multiplier per shape, applied to new URLs of that shape. Known pages in
+a near-duplicate cluster other than the one it keeps (``cluster_keepers``) are planned at
+``NEAR_DUPLICATE_VALUE`` times their value.
+
+``rel="canonical"`` after fetching (the crawler-design article): ``honoured_canonicals``
+decides which fetched pages are known by another URL from now on. Candidates found that
+way have the source ``canonical`` (exact checks only, like sitemap entries).
 """
 
 from __future__ import annotations
@@ -39,7 +45,10 @@ import numpy as np
 from models.seen import BloomFilter, ExactSeenSet
 from models.urls import InvalidURLError, normalize, url_host, url_id, url_trap_reason
 
-SOURCES = ("seed", "sitemap", "link")
+SOURCES = ("seed", "sitemap", "link", "canonical")
+#: Share of its value a known near-duplicate keeps when planned (the cluster's kept page
+#: keeps all of it): "lower the priority of URLs whose content keeps matching pages held".
+NEAR_DUPLICATE_VALUE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +56,7 @@ class Candidate:
     """A URL found by discovery, as found (normalized during screening)."""
 
     url: str
-    source: str  # seed | sitemap | link
+    source: str  # seed | sitemap | link | canonical
     lastmod: datetime | None = None
     changefreq: str | None = None
     priority: float | None = None
@@ -238,4 +247,49 @@ def pattern_multipliers(
         if n < min_pages or not dups[pattern]:
             continue
         out[pattern] = max(floor, 1.0 - dups[pattern] / (n + prior))
+    return out
+
+
+def honoured_canonicals(
+    declared: Mapping[str, str | None], demoted: Callable[[str], bool]
+) -> dict[str, str | None]:
+    """For each fetched page (normalized URL), the URL it is known by from now on, or None.
+
+    ``declared`` maps a page to the canonical URL its latest fetch named (already limited
+    to its site by ``models.urls.canonical``), or None. A canonical is honoured only if it
+    names another page that is itself canonical: not declared elsewhere in this cycle,
+    and not ``demoted(url)`` (the catalog already knows it by another URL). Chains are not
+    followed and two pages naming each other both stay, rather than both disappearing.
+    """
+    out: dict[str, str | None] = {}
+    for page, target in declared.items():
+        if target is None or target == page:
+            out[page] = None
+            continue
+        target_names = declared.get(target)
+        elsewhere = target_names is not None and target_names != target
+        out[page] = None if elsewhere or demoted(target) else target
+    return out
+
+
+def cluster_keepers(
+    url_ids: np.ndarray,
+    cluster: np.ndarray,
+    value: np.ndarray,
+    demoted: np.ndarray,
+) -> np.ndarray:
+    """The url id each near-duplicate cluster keeps at full value, for each of its pages.
+
+    Arrays are aligned by page (``cluster``: small non-negative labels, ``models.simhash``);
+    the kept page is the one not known by another URL (``demoted``: it has a canonical),
+    then of highest value, then of smallest url id, so the choice is stable across cycles.
+    """
+    if url_ids.size == 0:
+        return np.empty(0, dtype=np.int64)
+    order = np.lexsort((url_ids, -value, demoted.astype(np.int8), cluster))
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = cluster[order][1:] != cluster[order][:-1]
+    keeper = np.zeros(int(cluster.max()) + 1, dtype=np.int64)
+    keeper[cluster[order][first]] = url_ids[order][first]
+    out: np.ndarray = keeper[cluster]
     return out

@@ -148,7 +148,7 @@ class RetryPolicy:
 
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-RETRYABLE_OUTCOMES = frozenset({"timeout", "throttled"})
+RETRYABLE_OUTCOMES = frozenset({"timeout", "throttled", "truncated"})
 
 
 def is_retryable(outcome: str, status: int | None) -> bool:

@@ -27,6 +27,11 @@ OUTCOMES: tuple[str, ...] = (
     "decompression_bomb",  # decoded body far larger than the bytes on the wire
     "redirect_loop",  # a redirect chain that comes back to a URL it already visited
     "api_exhausted",  # the scraping API answered 509: the plan's credits are spent
+    # Failures told apart by tasks.transport_errors (issue 8), and the address policy:
+    "refused_address",  # the address policy refused it (models.net_policy): never sent
+    "tls_error",  # the TLS handshake failed (bad certificate, not TLS at all)
+    "bad_response",  # not valid HTTP (status line, headers, framing)
+    "truncated",  # the connection broke mid-body (reset, shorter than Content-Length)
 )
 OBSERVATION_OUTCOMES: tuple[str, ...] = ("ok", "not_modified")
 
@@ -45,6 +50,12 @@ CATALOG_SCHEMA = pa.schema(
         pa.field("discovered_at", UTC_TIMESTAMP, nullable=False),
         pa.field("lastmod", UTC_TIMESTAMP),  # sitemap <lastmod> (a change signal), if any
         pa.field("changefreq", pa.string()),  # sitemap <changefreq> (a prior), if any
+        # rel="canonical" of the page's last fetch when it names another page of the site:
+        # the page is known by that URL and not planned on its own (NULL: it is canonical)
+        pa.field("canonical", pa.string()),
+        # url_id of the page its near-duplicate cluster keeps at full value (NULL: none);
+        # the planner down-ranks the page
+        pa.field("near_duplicate_of", pa.int64()),
     ]
 )
 

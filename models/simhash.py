@@ -12,6 +12,10 @@ exactly on at least ``blocks - k`` pieces (pigeonhole), so one sorted table per 
 ``blocks - k`` pieces, keyed by those pieces' bits, finds every candidate by exact lookup,
 and only candidates are compared. Everything is numpy arrays, queries come in batches.
 
+``near_duplicate_clusters`` groups pages into clusters of near-duplicates (connected
+components of the "within k bits" relation over distinct fingerprints, so a crowd of
+identical pages costs one node, not a quadratic number of pairs).
+
 Fingerprints are stored as signed int64 (the history's ``simhash`` column); bit operations
 use the same 64 bits as unsigned.
 """
@@ -28,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from scipy.sparse import coo_array
+from scipy.sparse.csgraph import connected_components
 
 SHINGLE_WIDTH = 3
 NEAR_DUPLICATE_BITS = 3  # Manku et al.'s threshold for 64-bit fingerprints
@@ -308,6 +314,82 @@ class SimhashIndex:
             query, url_ids, fps, dist = query[keep], url_ids[keep], fps[keep], dist[keep]
         order = np.lexsort((url_ids, query))
         return query[order], url_ids[order], fps[order], dist[order]
+
+
+@dataclass(frozen=True)
+class NearDuplicateClusters:
+    """Pages grouped into near-duplicate clusters (only clusters of two pages or more).
+
+    ``url_id[i]`` belongs to cluster ``cluster[i]``; clusters are numbered largest first
+    (ties: by smallest url id), pages sorted by cluster then url id; ``sizes[c]`` is the
+    number of pages of cluster ``c``. Single linkage: A~B and B~C put A, B and C in one
+    cluster even if A and C are further apart than the threshold.
+    """
+
+    url_id: Int64Array
+    cluster: Int64Array
+    sizes: Int64Array
+
+    @property
+    def count(self) -> int:
+        return int(self.sizes.size)
+
+    def members(self, cluster: int) -> Int64Array:
+        """The url ids of one cluster (sorted)."""
+        lo, hi = np.searchsorted(self.cluster, [cluster, cluster + 1])
+        out: Int64Array = self.url_id[lo:hi]
+        return out
+
+
+def near_duplicate_clusters(
+    url_ids: npt.ArrayLike,
+    simhashes: npt.ArrayLike,
+    *,
+    max_distance: int = NEAR_DUPLICATE_BITS,
+) -> NearDuplicateClusters:
+    """Clusters of pages whose fingerprints are within ``max_distance`` bits, transitively.
+
+    The distinct fingerprints are looked up in a ``SimhashIndex`` of themselves (never a
+    full scan) and the pairs found joined into connected components (scipy); each page
+    then takes its fingerprint's component. Callers leave out fingerprints that say
+    nothing (``simhash("")`` is 0 for a page without words).
+    """
+    ids = np.asarray(url_ids, dtype=np.int64).ravel()
+    empty = np.empty(0, dtype=np.int64)
+    if ids.size < 2:
+        return NearDuplicateClusters(empty, empty, empty)
+    index = SimhashIndex.build(ids, simhashes, max_distance=max_distance)
+    n_unique = int(index.fingerprints.size)
+    rows, cols = [], []
+    for lo in range(0, n_unique, 1 << 16):
+        (qi, u, _d), _ = index._unique_pairs(index.fingerprints[lo : lo + (1 << 16)], max_distance)
+        rows.append(qi + lo)
+        cols.append(u)
+    graph = coo_array(
+        (
+            np.ones(sum(r.size for r in rows), dtype=np.int8),
+            (np.concatenate(rows), np.concatenate(cols)),
+        ),
+        shape=(n_unique, n_unique),
+    )
+    _, component = connected_components(graph, directed=False)
+    per_unique = np.diff(index.group_starts)
+    page_component = np.repeat(component, per_unique)  # aligned with index.ids
+    sizes = np.bincount(page_component)
+    in_cluster = sizes[page_component] >= 2
+    page_ids = index.ids[in_cluster]
+    comps = page_component[in_cluster]
+    if page_ids.size == 0:
+        return NearDuplicateClusters(empty, empty, empty)
+    by_component = np.argsort(comps, kind="stable")
+    kept, starts = np.unique(comps[by_component], return_index=True)
+    smallest = np.minimum.reduceat(page_ids[by_component], starts)
+    order = np.lexsort((smallest, -sizes[kept]))  # largest first, then smallest url id
+    label = np.empty(int(component.max()) + 1, dtype=np.int64)
+    label[kept[order]] = np.arange(kept.size, dtype=np.int64)
+    cluster = label[comps]
+    by = np.lexsort((page_ids, cluster))
+    return NearDuplicateClusters(page_ids[by], cluster[by], sizes[kept[order]].astype(np.int64))
 
 
 def _block_bounds(n_blocks: int) -> tuple[tuple[int, int], ...]:

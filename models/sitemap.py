@@ -37,6 +37,7 @@ MAX_URLS = 50_000
 MAX_BYTES = 50 * 1024 * 1024  # 52,428,800 bytes uncompressed (sitemaps.org)
 SITEMAP_NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
 GZIP_MAGIC = b"\x1f\x8b"
+_INFLATE_STEP = 1 << 20  # bytes inflated per zlib call (BoundedGunzip)
 
 #: Changes per day a ``<changefreq>`` suggests: a prior for a new page's rate, nothing more
 #: (search engines treat it as a hint; the estimator replaces it once the page has history).
@@ -90,7 +91,8 @@ class ParsedSitemap:
 def parse_lastmod(text: str) -> datetime | None:
     """A W3C datetime (``YYYY``, ``YYYY-MM``, ``YYYY-MM-DD``, ``...Thh:mm[:ss[.s]]TZD``) in UTC.
 
-    A time without a zone designator is read as UTC; anything else returns None.
+    A time without a zone designator is read as UTC; anything else returns None, including
+    a time whose UTC equivalent falls outside years 1-9999 (``0001-01-01T00:00+01:00``).
     """
     text = text.strip()
     if len(text) >= 10 and text[4] == "-" and text[7] == "-":  # the common full forms
@@ -100,7 +102,7 @@ def parse_lastmod(text: str) -> datetime | None:
             return None
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
+        return _in_utc(value)
     match = _W3C_DATETIME.fullmatch(text)
     if match is None:
         return None
@@ -123,7 +125,14 @@ def parse_lastmod(text: str) -> datetime | None:
         )
     except ValueError:
         return None
-    return value.astimezone(UTC)
+    return _in_utc(value)
+
+
+def _in_utc(value: datetime) -> datetime | None:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # the shift to UTC leaves datetime's range
+        return None
 
 
 class SitemapParser:
@@ -261,23 +270,33 @@ class BoundedGunzip:
 
     def feed(self, data: bytes) -> bytes:
         """Decompress one chunk; raises ``SitemapRejectedError`` (gzip_bomb, bad_gzip)."""
+        if not data:
+            return b""
         self.consumed += len(data)
         out: list[bytes] = []
+        pending = data
         try:
-            while data:
-                room = self.limit - self.produced + 1
-                chunk = self._inflater.decompress(data, room)
+            while True:
+                # At most _INFLATE_STEP per call: one call asked for 50 MB builds its result
+                # in blocks and then copies them, holding twice the limit for a moment.
+                room = min(self.limit - self.produced + 1, _INFLATE_STEP)
+                chunk = self._inflater.decompress(pending, room)
                 self._in_member = True
                 self._count(chunk)
                 out.append(chunk)
-                if self._inflater.unconsumed_tail:
-                    data = self._inflater.unconsumed_tail
-                    continue
-                if not self._inflater.eof:
+                if self._inflater.eof:  # first: at a member's end the tail is stale
+                    pending = self._inflater.unused_data  # another member may follow
+                    self._inflater = zlib.decompressobj(31)
+                    self._in_member = False
+                    if pending:
+                        continue
                     break
-                data = self._inflater.unused_data  # another member may follow
-                self._inflater = zlib.decompressobj(31)
-                self._in_member = False
+                if self._inflater.unconsumed_tail:
+                    pending = self._inflater.unconsumed_tail
+                    continue
+                if len(chunk) < room:
+                    break  # every input byte used, no output left inside zlib
+                pending = b""  # the output was full: zlib may still hold some
         except zlib.error as exc:
             raise SitemapRejectedError("bad_gzip", f"corrupt gzip data ({exc})") from None
         return b"".join(out)

@@ -61,6 +61,8 @@ class SyntheticWeb:
                 "discovered_at": pa.array(np.full(n, _EPOCH_US), pa.timestamp("us", tz="UTC")),
                 "lastmod": pa.nulls(n, pa.timestamp("us", tz="UTC")),
                 "changefreq": pa.nulls(n, pa.string()),
+                "canonical": pa.nulls(n, pa.string()),
+                "near_duplicate_of": pa.nulls(n, pa.int64()),
             },
             schema=CATALOG_SCHEMA,
         )

@@ -80,6 +80,7 @@ _DOT_SEGMENT = re.compile(r"(?:^|/)\.\.?(?:/|$)")
 _JSESSIONID = re.compile(r";jsessionid=[^/]*", re.I)
 _HOST_CHARS = re.compile(r"[a-z0-9_\-.]+")
 _PORT = re.compile(r"[0-9]*")
+_DOTTED_QUAD = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
 
 
 def _percent_pattern(allowed: str) -> re.Pattern[str]:
@@ -317,7 +318,10 @@ def _normalize_authority(authority: str, scheme: str) -> str:
         raise InvalidURLError(f"port {port_text!r} is not a number")
     netloc = _normalize_host(host)
     if port_text:
-        port = int(port_text)
+        digits = port_text.lstrip("0")
+        if len(digits) > 5:  # before int(): past 4,300 digits it raises a plain ValueError
+            raise InvalidURLError(f"port of {len(digits)} digits out of range")
+        port = int(digits or "0")
         if port > 65535:
             raise InvalidURLError(f"port {port} out of range")
         if port != DEFAULT_PORTS[scheme]:
@@ -334,8 +338,8 @@ def _normalize_host(host: str) -> str:
     """Lower-case ASCII host, IDN to punycode, IPv6 literal compressed; InvalidURLError else."""
     if host.startswith("["):
         inner = host[1:-1]
-        if inner[:1] in ("v", "V"):  # IPvFuture: only case can be normalized
-            return host.lower()
+        if inner[:1] in ("v", "V"):  # no HTTP client connects to an IPvFuture address
+            raise InvalidURLError(f"IPvFuture address literal {host!r} cannot be fetched")
         try:
             return f"[{ipaddress.IPv6Address(inner).compressed}]"
         except ValueError as exc:
@@ -353,6 +357,11 @@ def _normalize_host(host: str) -> str:
         host = host.lower()
         if not _HOST_CHARS.fullmatch(host):
             raise InvalidURLError(f"host {host!r} has characters not allowed in a host name")
+        if _DOTTED_QUAD.fullmatch(host):  # an IPv4 address, or nothing a client will take
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError as exc:
+                raise InvalidURLError(f"invalid IPv4 address {host!r}: {exc}") from None
         labels = host.split(".")
         for label in labels:
             if not label or len(label) > 63:

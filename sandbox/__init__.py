@@ -11,9 +11,10 @@ from sandbox.behaviour import HostBehaviour
 from sandbox.clock import SimClock
 from sandbox.log import RequestLog, RequestRecord
 from sandbox.server import RunningSandbox, SandboxServer, serve_sandbox
-from sandbox.web import SandboxWeb, host_address, host_index
+from sandbox.web import SANDBOX_NETWORKS, SandboxWeb, host_address, host_index
 
 __all__ = [
+    "SANDBOX_NETWORKS",
     "ApiStats",
     "HostBehaviour",
     "RequestLog",

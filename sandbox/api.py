@@ -13,6 +13,7 @@ with 502 (nothing outside the sandbox is ever contacted).
   ``X-Plan-Limit: concurrency`` and ``Retry-After: 1``; with no credits left, 509 with
   ``X-Plan-Limit: credits``. A target's 2xx or 304 costs one credit; failures are free. A
   credit is reserved while a request is in flight, so concurrent requests never overspend.
+  With an ``api_key``, requests without it in ``X-Api-Key`` get 401.
 - Proxy: absolute-form requests (``GET http://127.0.x.y:port/p/1 HTTP/1.1``, as httpx sends
   them through ``proxy=``) are answered with the target's response as is, without plan
   limits. ``CONNECT`` (HTTPS tunnels) is refused with 501.
@@ -28,6 +29,7 @@ from sandbox.http import Reply, Request
 from sandbox.web import host_index
 
 PLAN_LIMIT_HEADER = "X-Plan-Limit"
+API_KEY_HEADER = "X-Api-Key"
 _FORWARDED_TO_TARGET = (
     "user-agent",
     "accept",
@@ -58,9 +60,15 @@ class ScrapingApi:
     ``credits`` and ``concurrency`` may be set from any thread at any time (None = unlimited).
     """
 
-    def __init__(self, credits: int | None = None, concurrency: int | None = None) -> None:
+    def __init__(
+        self,
+        credits: int | None = None,
+        concurrency: int | None = None,
+        api_key: str | None = None,
+    ) -> None:
         self.credits = credits
         self.concurrency = concurrency
+        self.api_key = api_key  # None: no key needed; else X-Api-Key must carry it
         self.in_flight = 0
         self._reserved = 0
         self._requests = 0
@@ -77,6 +85,12 @@ class ScrapingApi:
             self._rejected_credits,
             self._max_in_flight,
         )
+
+    def authorize(self, headers: dict[str, str]) -> Reply | None:
+        """401 unless the request carries the API key (when one is set)."""
+        if self.api_key is None or headers.get(API_KEY_HEADER.lower()) == self.api_key:
+            return None
+        return _error(401, f"missing or wrong API key (send it in {API_KEY_HEADER})")
 
     def admit(self) -> Reply | None:
         """Take a concurrency slot and reserve a credit, or the plan-limit refusal."""

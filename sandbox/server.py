@@ -137,6 +137,10 @@ class SandboxServer:
         return self._start(i, inner, "proxy", connection.complete)
 
     def _api(self, connection: _Connection, request: Request) -> _HostExchange | None:
+        unauthorized = self.api.authorize(request.headers)
+        if unauthorized is not None:
+            connection.complete(unauthorized)
+            return None
         url = api_target(request)
         if isinstance(url, Reply):
             connection.complete(url)

@@ -29,6 +29,9 @@ from sandbox.clock import SimClock
 from sandbox.content import PageRecord, page_record
 
 DEFAULT_ORIGIN = datetime(2025, 12, 1, tzinfo=UTC)  # a month before the default clock start
+#: The networks a crawler must be allowed to reach to fetch the sandbox (its address policy
+#: refuses loopback by default): pass them as ``FetchSettings(allowed_networks=...)``.
+SANDBOX_NETWORKS: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
 _DAY = 86_400.0
 _HOSTS_PER_OCTET = 250
 MAX_HOSTS = _HOSTS_PER_OCTET * 254

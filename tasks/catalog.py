@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,8 +17,15 @@ from models.urls import InvalidURLError, normalize, url_id
 from tasks.history import HistoryCorruptError, _write_parquet, connect
 
 DEFAULTS = {"value": 1.0, "cost": 1.0, "source": "seed"}
-#: Nullable columns a caller may leave out (sitemap signals of discovered pages).
-OPTIONAL_COLUMNS = ("lastmod", "changefreq")
+#: Nullable columns a caller may leave out (sitemap signals of discovered pages; what the
+#: recrawl cycle learns of a page: its canonical URL, its near-duplicate cluster).
+OPTIONAL_COLUMNS = ("lastmod", "changefreq", "canonical", "near_duplicate_of")
+_DUCKDB_TYPES = {
+    pa.int64(): "BIGINT",
+    pa.float64(): "DOUBLE",
+    pa.string(): "VARCHAR",
+    CATALOG_SCHEMA.field("discovered_at").type: "TIMESTAMPTZ",
+}
 
 
 class CatalogInputError(ValueError):
@@ -43,16 +51,22 @@ class CatalogStore:
         if not self.path.exists():
             return con.from_arrow(CATALOG_SCHEMA.empty_table())
         try:
-            return con.read_parquet(str(self.path))
+            rel = con.read_parquet(str(self.path))
+            missing = [f for f in CATALOG_SCHEMA if f.name not in rel.columns]
         except duckdb.Error as exc:
             raise HistoryCorruptError(f"catalog file {self.path} is unreadable: {exc}") from None
+        if not missing:
+            return rel
+        # A catalog written before a nullable column existed reads it as NULL.
+        nulls = ", ".join(f"NULL::{_DUCKDB_TYPES[f.type]} AS {f.name}" for f in missing)
+        return rel.project(f"*, {nulls}")
 
     def upsert(self, rows: pa.Table | pd.DataFrame) -> int:
         """Add or update pages by normalized URL; returns the catalog's new size.
 
         A page already known keeps its ``discovered_at``, and its sitemap ``lastmod`` and
-        ``changefreq`` where the new row has none (NULL means "not known", not "none");
-        other columns take the new values.
+        ``changefreq`` and its derived ``canonical`` and ``near_duplicate_of`` where the new
+        row has none (NULL means "not known", not "none"); other columns take the new values.
         """
         new = prepare_catalog_rows(rows)
         con = connect()
@@ -61,7 +75,10 @@ class CatalogStore:
         merged = con.sql(
             """SELECT n.* REPLACE (coalesce(o.discovered_at, n.discovered_at) AS discovered_at,
                                   coalesce(n.lastmod, o.lastmod) AS lastmod,
-                                  coalesce(n.changefreq, o.changefreq) AS changefreq)
+                                  coalesce(n.changefreq, o.changefreq) AS changefreq,
+                                  coalesce(n.canonical, o.canonical) AS canonical,
+                                  coalesce(n.near_duplicate_of, o.near_duplicate_of)
+                                      AS near_duplicate_of)
                FROM new n LEFT JOIN old o USING (url_id)
                UNION ALL BY NAME
                SELECT o.* FROM old o ANTI JOIN new n USING (url_id)
@@ -114,6 +131,52 @@ class CatalogStore:
         ).to_arrow_table()
         _write_parquet(merged.select(CATALOG_SCHEMA.names).cast(CATALOG_SCHEMA), self.path)
         return updated
+
+    def update_pages(self, updates: pa.Table) -> int:
+        """Set columns of known pages from a table of ``url_id`` plus catalog columns.
+
+        Every column given other than ``url_id`` is set to the given value, NULL included
+        (a page whose canonical link went away gets NULL); pages not in the table and
+        ``url_id`` values not in the catalog are left alone. ``url``, ``host`` and
+        ``discovered_at`` cannot be updated. Returns the number of pages whose row changed.
+        """
+        columns = [c for c in updates.column_names if c != "url_id"]
+        if "url_id" not in updates.column_names:
+            raise CatalogInputError("page updates need a 'url_id' column")
+        fixed = {"url", "host", "discovered_at"} & set(columns)
+        unknown = set(columns) - set(CATALOG_SCHEMA.names)
+        if fixed or unknown:
+            bad = ", ".join(sorted(fixed | unknown))
+            raise CatalogInputError(f"page updates cannot set column(s): {bad}")
+        if not self.path.exists() or updates.num_rows == 0 or not columns:
+            return 0
+        schema = pa.schema([CATALOG_SCHEMA.field(c) for c in ["url_id", *columns]])
+        try:
+            updates = updates.select(schema.names).cast(schema)
+        except (pa.ArrowException, ValueError) as exc:
+            raise CatalogInputError(f"page updates do not fit the catalog: {exc}") from None
+        for name in ("value", "cost"):
+            if name in columns and not pc.all(pc.greater(updates[name], 0)).as_py():
+                raise CatalogInputError(f"catalog column {name!r} must be positive")
+        if pc.count_distinct(updates["url_id"]).as_py() != updates.num_rows:
+            raise CatalogInputError("page updates name a url_id more than once")
+        old = self.read()
+        position = pc.index_in(old["url_id"], value_set=updates["url_id"])
+        matched = pc.is_valid(position)
+        changed = pa.array(np.zeros(old.num_rows, dtype=bool))
+        for name in columns:
+            before = old[name]
+            after = pc.if_else(matched, pc.take(updates[name], position), before)
+            differs = pc.or_(
+                pc.fill_null(pc.not_equal(after, before), False),
+                pc.not_equal(pc.is_null(after), pc.is_null(before)),
+            )
+            changed = pc.or_(changed, differs)
+            old = old.set_column(old.schema.get_field_index(name), name, after)
+        count = int(pc.sum(changed).as_py() or 0)
+        if count:
+            _write_parquet(old.cast(CATALOG_SCHEMA), self.path)
+        return count
 
 
 def prepare_catalog_rows(rows: pa.Table | pd.DataFrame) -> pa.Table:

@@ -16,8 +16,19 @@ URLs as ``error`` rows naming the failure (failed attempts are not observations,
 planner reschedules those pages); a batch that never ran gets such rows at commit.
 
 Raw exchanges (on by default, ``run_host_batch(warc=...)``) go to WARC files under
-``<root>/warc/cycle=<id>/``, one writer per batch, closed before the batch's part is written:
-a part (hence the committed history) only ever names complete, published WARC files.
+``<root>/warc/cycle=<id>/``, one writer per batch run, closed before the batch's part is
+written: a part (hence the committed history) only ever names complete, published WARC
+files. Each request carries its page's previous capture (the history's last
+``warc_file``/``warc_offset`` from an earlier cycle), so an unchanged payload is stored as a
+``revisit`` record referring to it (``tasks.warc_read.PreviousCaptures``). The part records
+the files its run published (Parquet key-value metadata, written with the rows in one
+rename); at commit every other batch WARC file of the cycle (a crashed or failed run's) is
+deleted, so no file outlives the cycle unnamed, and the history never names a deleted one.
+
+Each answered page is also read for its links and ``rel="canonical"`` (``links=True``,
+``tasks.cycle_content``): the batch writes them under ``content/``, and
+``apply_cycle_content`` turns them into catalog candidates and canonical URLs after the
+commit, together with the near-duplicate report.
 
 A *host batch* holds the URLs of one or more whole hosts (small hosts are packed together,
 at most ``max_hosts`` of them) or one slice of a large host (at most ``max_urls`` URLs);
@@ -54,11 +65,19 @@ from models.extract_rules import ExtractionRules
 from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
 from models.urls import InvalidURLError, normalize, url_id
 from tasks.catalog import CatalogStore
+from tasks.cycle_archive import CycleArchive, previous_captures, with_archived_files
+from tasks.cycle_content import PageCollector, write_batch_content
 from tasks.fetch import EngineState, FetchRequest, fetch_batch
 from tasks.fetch_metrics import BatchMetrics
 from tasks.fetch_rows import AttemptCost, CostHook, RecordDigest, RecordHasher
 from tasks.fetch_settings import FetchSettings
-from tasks.history import CommitResult, HistoryStore, connect
+from tasks.history import (
+    CommitResult,
+    HistoryCorruptError,
+    HistoryStore,
+    connect,
+    write_error,
+)
 from tasks.warc import WarcSettings, WarcWriter
 
 log = logging.getLogger(__name__)
@@ -130,6 +149,7 @@ class CycleCommit:
     files: tuple[str, ...]
     started: float = 0.0
     ended: float = 0.0
+    orphaned_warc_files: int = 0  # WARC files of runs no part names, deleted at commit
 
 
 CycleState = Literal["new", "resume", "committed"]
@@ -172,8 +192,9 @@ def read_batches(root: str | Path, cycle_id: int) -> list[BatchSpec]:
 
 # ---------------------------------------------------------------------- split
 
-# The plan joined with the catalog's URL and the page's last observation's validators, in
-# batch order (host, then priority).
+# The plan joined with the catalog's URL, the page's last observation's validators and its
+# last archived capture from an earlier cycle (a re-run of this cycle deletes this cycle's
+# files), in batch order (host, then priority).
 _REQUESTS_SQL = """
 WITH last_obs AS (
     SELECT url_id,
@@ -183,10 +204,20 @@ WITH last_obs AS (
     FROM history
     WHERE outcome IN ('ok', 'not_modified') AND url_id IN (SELECT url_id FROM plan)
     GROUP BY url_id
+),
+last_capture AS (
+    SELECT url_id,
+           arg_max(warc_file, fetched_at) AS warc_file,
+           arg_max(warc_offset, fetched_at) AS warc_offset
+    FROM history
+    WHERE outcome IN ('ok', 'not_modified') AND warc_file IS NOT NULL
+          AND cycle_id <> $cycle AND url_id IN (SELECT url_id FROM plan)
+    GROUP BY url_id
 )
 SELECT p.url_id, c.url, coalesce(c.host, p.host) AS host, p.score AS priority,
-       o.etag, o.last_modified, o.record_hash
+       o.etag, o.last_modified, o.record_hash, w.warc_file, w.warc_offset
 FROM plan p JOIN catalog c USING (url_id) LEFT JOIN last_obs o USING (url_id)
+     LEFT JOIN last_capture w USING (url_id)
 ORDER BY host, priority DESC, url_id
 """
 
@@ -206,7 +237,9 @@ def split_plan(
     ``max_urls`` URLs, each slice ``after`` the previous one; smaller hosts are packed
     whole, up to ``max_urls`` URLs and ``max_hosts`` hosts per batch. Each request carries
     the last observation's ETag, Last-Modified and record hash (joined by DuckDB), so the
-    fetcher can send a conditional request. Any earlier split of the cycle is replaced.
+    fetcher can send a conditional request, and the ``warc_file``/``warc_offset`` of the
+    page's last capture, so an unchanged payload becomes a revisit record. Any earlier split
+    of the cycle is replaced.
 
     ``host_shards > 0`` (shard mode): every host belongs to shard ``hash(host) % host_shards``
     and a batch holds hosts of one shard only, so one tag ``hostshard:<k>`` per batch keeps
@@ -231,7 +264,7 @@ def split_plan(
     con.register("plan", con.read_parquet(str(plan_path)))
     con.register("catalog", catalog.relation(con))
     con.register("history", HistoryStore(root).relation(con))
-    requests = con.sql(_REQUESTS_SQL).to_arrow_table()
+    requests = con.sql(_REQUESTS_SQL, params={"cycle": int(cycle_id)}).to_arrow_table()
     planned = con.sql("SELECT count(*) FROM plan").fetchall()[0][0]
     if requests.num_rows < planned:
         log.warning(
@@ -390,6 +423,7 @@ def run_host_batch(
     cost_model: CostModel | str = "credits",
     window_s: float | None = None,
     warc: bool | WarcSettings = True,
+    links: bool = True,
 ) -> BatchOutcome:
     """Fetch one host batch and stage its rows as the batch's part of the cycle.
 
@@ -398,8 +432,13 @@ def run_host_batch(
     as an ``error`` row naming the failure and ``BatchFailedError`` is raised.
 
     ``warc`` (True, or ``WarcSettings``; False turns it off) archives the batch's exchanges
-    through one ``WarcWriter`` (part name: the batch's), closed before the part is written.
-    A failed batch's open file is dropped; files it already published are named by no row.
+    through one ``WarcWriter`` (part name: the batch's and a token of this run), given each
+    page's previous capture and closed before the part is written; the part's metadata
+    lists the files it published. A failed run's open file is dropped; files it already
+    published are named by no part and deleted at commit.
+
+    ``links`` reads every answered page for its links and canonical link too and writes them
+    under the cycle's ``content/`` (``tasks.cycle_content``) before the part.
     """
     wall_start = time.time()
     folder = work_dir(root, cycle_id)
@@ -421,26 +460,36 @@ def run_host_batch(
         ).to_pylist()
     ]
     started = time.perf_counter()
+    state = engine_state(settings)
+    hasher = record_hasher or default_record_hasher()
+    collector = PageCollector(hasher) if links else None
     writer = None
+    published: list[str] = []
     if warc is not False:
         warc_settings = warc if isinstance(warc, WarcSettings) else None
-        writer = WarcWriter(root, int(cycle_id), settings=warc_settings, part=batch_name)
+        writer = WarcWriter(
+            root,
+            int(cycle_id),
+            settings=warc_settings,
+            part=f"{batch_name}-{uuid.uuid4().hex[:8]}",  # a crashed run's files differ
+            previous_captures=previous_captures(root, batch),
+        )
     try:
         result = run_coroutine(
             fetch_batch(
                 requests,
                 cycle_id=int(cycle_id),
                 settings=settings,
-                state=engine_state(settings),
+                state=state,
                 window_s=window_s,
                 clock=clock,
-                record_hasher=record_hasher or default_record_hasher(),
+                record_hasher=collector or hasher,
                 cost_hook=cost_hook_for(cost_model),
                 warc=writer,
             )
         )
         if writer is not None:
-            writer.close()  # before the part: rows must only name published files
+            published = writer.close()  # before the part: rows must only name published files
     except Exception as exc:
         if writer is not None:
             writer.abort()
@@ -448,8 +497,12 @@ def run_host_batch(
         raise BatchFailedError(f"{batch_name} of cycle {cycle_id} failed: {exc!r}") from exc
     fetch_s = time.perf_counter() - started
     written = time.perf_counter()
+    if collector is not None:
+        write_batch_content(
+            folder, batch_name, collector, state.robots, settings.robots_token, clock()
+        )
     _write_json(folder / "metrics" / f"{batch_name}.json", metrics_dict(result.metrics))
-    _write_part(result.rows, part_path)
+    _write_part(with_archived_files(result.rows, published), part_path)
     return _outcome(batch_name, part_path, fetch_s, time.perf_counter() - written, wall_start)
 
 
@@ -541,7 +594,9 @@ def commit_cycle(
     """Publish every batch's part as the cycle, atomically (see the module docstring).
 
     A batch without a part (it never ran, or its run was lost) is recorded as ``error``
-    rows first, so its pages are rescheduled rather than forgotten.
+    rows first, so its pages are rescheduled rather than forgotten. WARC files of the cycle
+    that no part lists (runs that crashed or failed) are deleted before the publication,
+    and those only a replaced version of the cycle named, after it.
     """
     wall_start = time.time()
     started = time.perf_counter()
@@ -556,12 +611,13 @@ def commit_cycle(
             )
     parts = [str(folder / "parts" / f"{spec.name}.parquet") for spec in specs]
     rows = (
-        pa.concat_tables([pq.read_table(p, schema=HISTORY_SCHEMA) for p in parts])
-        if parts
-        else HISTORY_SCHEMA.empty_table()
+        pa.concat_tables([read_part(p) for p in parts]) if parts else HISTORY_SCHEMA.empty_table()
     )
     store = HistoryStore(root)
+    archive = CycleArchive(root, int(cycle_id), parts, rows)
+    orphans = archive.remove_orphans()
     result: CommitResult = store.write_cycle(int(cycle_id), rows)
+    orphans += archive.remove_replaced()
     log.info(
         "cycle %s committed: %d rows, %d observations, %d batches (%d never ran)",
         cycle_id,
@@ -580,6 +636,7 @@ def commit_cycle(
         result.files,
         wall_start,
         time.time(),
+        len(orphans),
     )
 
 
@@ -623,13 +680,32 @@ def fixed_clock(at: datetime) -> Callable[[], datetime]:
     return lambda: at
 
 
+def read_part(path: str | Path) -> pa.Table:
+    """A batch's staged rows; a damaged part raises HistoryCorruptError naming it."""
+    try:
+        return pq.read_table(path, schema=HISTORY_SCHEMA)
+    except (pa.ArrowException, OSError) as exc:
+        raise HistoryCorruptError(
+            f"staged part {path} is unreadable ({exc}); nothing was committed. Delete it and "
+            "re-run the cycle: that batch is fetched again."
+        ) from exc
+
+
 def _write_part(table: pa.Table, path: Path) -> None:
-    """Write a part durably and atomically (temporary name, fsync, rename)."""
+    """Write a part durably and atomically (temporary name, fsync, rename).
+
+    A failed write (a full disk) leaves no temporary file and raises HistoryWriteError
+    naming the part and the cause.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    pq.write_table(table, tmp)
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
+    try:
+        pq.write_table(table, tmp)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise write_error(f"part of {path.stem} (not committed yet)", path, exc) from exc
     os.replace(tmp, path)
 
 

@@ -8,10 +8,12 @@ their source, discovery time and the sitemap's ``lastmod``/``changefreq``. Pages
 the catalog keep their row; a sitemap's newer ``lastmod``/``changefreq`` updates it (a change
 signal for the planner). The planner's discovery slice picks the new pages up.
 
-``add_links`` is the same landing for links of pages the fetch cycle already has (no
-network). New links of a URL shape whose fetched pages keep being near-duplicates of pages
-already held get a lower catalog value (``models.discovery.pattern_multipliers`` over the
-history's simhashes, ``models.simhash.SimhashIndex``), so the planner visits them later.
+``add_links`` is the same landing for links of pages already fetched (no network); the
+recrawl cycle reads its pages' links in each host batch and lands them with ``land`` after
+the commit (``tasks.cycle_content``). New links of a URL shape whose fetched pages keep
+being near-duplicates of pages already held get a lower catalog value
+(``models.discovery.pattern_multipliers`` over the history's simhashes,
+``models.simhash.SimhashIndex``), so the planner visits them later.
 
 State: ``<root>/pages/catalog.parquet`` and ``<root>/pages/seen_links.bloom`` (the Bloom
 filter, replaced atomically after each run).

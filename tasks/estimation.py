@@ -36,8 +36,10 @@ def load_rate_estimates(
     Returns one row per page: ``url_id, host, group, rate, rate_low, rate_high, log_std,
     n_intervals, n_changed, observed_days, prior_rate`` (rates in changes/day; host and
     group are categoricals). With a catalog, every catalog page is included (pages never
-    observed get their group's prior) and ``group`` comes from the catalog; otherwise
-    pages are grouped by host. ``prior`` is the planner's mixture prior by default
+    observed get their group's prior) and ``group`` comes from the catalog, split by the
+    sitemap ``changefreq`` a page has (group ``"<group> changefreq=daily"``), so a new page
+    gets the prior learned from the pages its site declares alike; otherwise pages are
+    grouped by host. ``prior`` is the planner's mixture prior by default
     (``models/mixture_prior.py``); ``"empirical"`` is one Gamma prior per group.
     """
     inputs = read_estimation_inputs(root, use_catalog=use_catalog)
@@ -55,10 +57,13 @@ _STAT_COLUMNS = (
 )
 
 # Every catalog page, with the statistics of those observed (zeros for the others), and
-# the observed pages the catalog lacks; the group comes from the catalog, else the host.
+# the observed pages the catalog lacks; the group comes from the catalog, else the host,
+# split by the sitemap's changefreq where the page has one: a page with little history
+# gets the prior of the pages its site declares alike (learned from how they did change).
 _CATALOG_PAGES = """
 CREATE TEMP TABLE pages AS
-SELECT url_id, coalesce(c.host, s.host) AS host, coalesce(c."group", s.host) AS grp,
+SELECT url_id, coalesce(c.host, s.host) AS host,
+       coalesce(c."group", s.host) || coalesce(' changefreq=' || c.changefreq, '') AS grp,
        coalesce(s.n_intervals, 0) AS n_intervals, coalesce(s.n_changed, 0) AS n_changed,
        coalesce(s.unchanged_days, 0) AS unchanged_days,
        coalesce(s.changed_sum, 0) AS changed_sum,

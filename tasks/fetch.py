@@ -21,7 +21,6 @@ names its final exchange's record in ``warc_file``/``warc_offset``.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import random
 from collections import Counter
@@ -53,7 +52,7 @@ from tasks.fetch_types import BatchResult, EngineState, FetchRequest
 from tasks.http_attempt import Attempt, BodyLimits, PageLimits, Route, fetch_page
 from tasks.http_client import make_client
 from tasks.idle_workers import IdleWorkers
-from tasks.robots import fetch_robots, interpret_robots
+from tasks.robots import HOST_FAILURES, fetch_robots, interpret_robots
 
 if TYPE_CHECKING:
     from tasks.warc import WarcLocation, WarcWriter
@@ -130,7 +129,9 @@ class _Batch:
         self.warc = warc
         self.warc_failures = 0
         self.rng = random.Random(settings.seed)
-        self.route = Route(settings.mode, settings.api_url)
+        api_key = settings.api_key.get_secret_value() if settings.api_key else None
+        self.route = Route(settings.mode, settings.api_url, settings.api_key_header, api_key)
+        self.policy = settings.address_policy
         self.page_limits = PageLimits(
             BodyLimits(
                 settings.max_body_bytes,
@@ -213,11 +214,29 @@ class _Batch:
             try:
                 url = normalize(request.url)
             except InvalidURLError as exc:
-                self._bad_url(request, f"bad URL: {exc}", wall)
+                scheme = _raw_scheme(request.url)
+                refused = self.policy.scheme_refusal(scheme) if scheme else None
+                if refused is not None:
+                    self._bad_url(request, f"address refused: {refused}", wall, "refused_address")
+                else:
+                    self._bad_url(request, f"bad URL: {exc}", wall)
                 continue
-            host = urlsplit(url).netloc
-            if not self.settings.allow_loopback and _is_loopback(host):
-                self._bad_url(request, "loopback target refused (allow_loopback is off)", wall)
+            parts = urlsplit(url)
+            host = parts.netloc
+            refused = self.policy.scheme_refusal(parts.scheme) or self.policy.host_refusal(
+                parts.hostname or ""
+            )
+            if refused is not None:  # an IP literal: judged here, before any request
+                self.requests.append(request)
+                self.rows.append(
+                    Row(
+                        url_id(url),
+                        host,
+                        wall,
+                        "refused_address",
+                        reason=f"address refused: {refused}",
+                    )
+                )
                 continue
             seen = by_url.get(url)
             if seen is not None:  # same page twice: fetch once, at the higher priority
@@ -321,6 +340,14 @@ class _Batch:
             self.plan_throttles += 1
             frontier.complete(item, now, fetched.duration_s, Signal.NOT_SENT, plan_throttled=True)
             return
+        if fetched.failure in HOST_FAILURES:
+            # The host itself is out of reach (a refused address, a broken TLS handshake):
+            # its pages take that outcome; nothing is cached, the next batch judges again.
+            signal = Signal.NOT_SENT if fetched.failure == "refused_address" else Signal.ERROR
+            frontier.complete(item, now, fetched.duration_s, signal)
+            for page in frontier.drain_host(item.host):
+                self._finish_unsent(page, fetched.failure, f"{fetched.detail} (robots.txt)")
+            return
         rules = interpret_robots(
             fetched,
             now=self.clock(),
@@ -334,7 +361,7 @@ class _Batch:
         lane.state.crawl_delay_s = rules.crawl_delay_s
         if fetched.status in (429, 503):
             signal = Signal.THROTTLED
-        elif fetched.status is None and fetched.detail.startswith("timeout"):
+        elif fetched.status is None and fetched.failure == "timeout":
             signal = Signal.TIMEOUT
         elif fetched.status is None or fetched.status >= 500:
             signal = Signal.ERROR
@@ -558,10 +585,12 @@ class _Batch:
             if entry.item.kind == "page":
                 self._record_unsent(entry.item, entry.reason)
 
-    def _bad_url(self, request: FetchRequest, reason: str, wall: datetime) -> None:
+    def _bad_url(
+        self, request: FetchRequest, reason: str, wall: datetime, outcome: str = "error"
+    ) -> None:
         text = request.url.strip()
         self.requests.append(request)
-        self.rows.append(Row(url_id(text), _raw_host(text), wall, "error", reason=reason))
+        self.rows.append(Row(url_id(text), _raw_host(text), wall, outcome, reason=reason))
 
     def _lost(self, index: int) -> Row:
         log.error("fetch engine recorded no outcome for %s", self.requests[index].url)
@@ -603,11 +632,16 @@ class _Batch:
             max_dispatch_lag_s=frontier.max_dispatch_lag,
             admission_rejections=frontier.rejections,
             shed=outcomes["shed"],
+            refused=outcomes["refused_address"],
             plan_throttles=self.plan_throttles,
             plan_limit=None if gate is None else gate.limit.limit,
             plan_stopped=self.stopped,
             hosts=hosts,
         )
+
+
+#: Outcomes of a connection or protocol failure: the host is not well, keep pacing.
+_FAILURE_OUTCOMES = frozenset({"tls_error", "bad_response", "truncated"})
 
 
 def _signal(attempt: Attempt) -> Signal:
@@ -616,19 +650,20 @@ def _signal(attempt: Attempt) -> Signal:
         return Signal.THROTTLED
     if attempt.outcome == "timeout":
         return Signal.TIMEOUT
+    if attempt.outcome == "refused_address":
+        return Signal.NOT_SENT
+    if attempt.outcome in _FAILURE_OUTCOMES:
+        return Signal.ERROR
     if attempt.outcome == "error" and (attempt.status is None or attempt.status >= 500):
         return Signal.ERROR
     return Signal.SUCCESS
 
 
-def _is_loopback(netloc: str) -> bool:
-    host = urlsplit(f"//{netloc}").hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def _raw_scheme(url: str) -> str:
+    """The scheme of a URL that did not normalize (``ftp``, ``file``...), or ""."""
+    head, sep, rest = url.strip().partition(":")
+    named = sep and head.isascii() and head.isalpha() and rest.startswith("/")
+    return head.lower() if named else ""  # "localhost:8080/x" names no scheme
 
 
 def _raw_host(url: str) -> str:

@@ -45,6 +45,7 @@ class BatchMetrics:
     plan_limit: float | None  # API concurrency limit at the end (None: not through an API)
     plan_stopped: bool  # 509: credits exhausted, the batch stopped
     hosts: dict[str, HostPressure] = field(default_factory=dict)
+    refused: int = 0  # URLs the address policy refused (models.net_policy): never requested
 
     @property
     def pages_per_s(self) -> float:
@@ -59,4 +60,5 @@ class BatchMetrics:
             f"max queue {self.max_queue_depth} (oldest {self.max_oldest_age_s:.1f} s), "
             f"dispatch lag {self.max_dispatch_lag_s:.2f} s, "
             f"rejections {self.admission_rejections}"
+            + (f", refused addresses {self.refused}" if self.refused else "")
         )

@@ -8,11 +8,12 @@ by the ``*_policy`` properties, so there is one source of truth for each number.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from models.net_policy import AddressPolicy, parse_networks
 from models.politeness import AimdLimit, PacingPolicy, RetryPolicy, ThrottleBackoff
 from models.robots_policy import ROBOTS_MAX_BYTES, RobotsCachePolicy
 from models.validators import ValidatorPolicy
@@ -45,13 +46,23 @@ class FetchSettings(BaseSettings):
     # by an AIMD gate that starts at, and never exceeds, api_concurrency.
     mode: Literal["direct", "api", "proxy"] = "direct"
     api_url: str | None = None
-    proxy_url: str | None = None
+    # Secrets: never in a repr, a log line, a WARC record or a history row. The API key goes
+    # in the ``api_key_header`` header of API requests (archives strip it); a proxy URL may
+    # carry user:password. Set them in the environment (RECRAWL_API_KEY, RECRAWL_PROXY_URL)
+    # or name a Prefect Secret block holding the key (``api_key_block``, see with_secrets).
+    api_key: SecretStr | None = None
+    api_key_header: str = "X-Api-Key"
+    api_key_block: str | None = None
+    proxy_url: SecretStr | None = None
     api_concurrency: Annotated[int, Field(ge=1)] = 8
     api_plan_backoff_s: Annotated[float, Field(ge=0)] = 1.0  # API pause after a plan 429
     # The transport under the httpx client (see tasks.http_client): aiohttp's pool, or httpx's.
     http_transport: Literal["aiohttp", "httpx"] = "aiohttp"
-    # TODO(issue 8): make loopback targets opt-in through an allow-list setting.
-    allow_loopback: bool = True
+    # Address policy (models.net_policy): loopback, private, link-local (cloud metadata),
+    # multicast and reserved addresses are refused, after DNS resolution and on every
+    # redirect hop, unless in one of these CIDR networks (env: comma-separated). The sandbox
+    # and loopback tests pass sandbox.SANDBOX_NETWORKS ("127.0.0.0/8", "::1/128").
+    allowed_networks: Annotated[tuple[str, ...], NoDecode] = ()
 
     # Concurrency: workers (requests in flight in the whole batch) and the per-host AIMD
     # limit (start, fixed ceiling, floor; below 1 the pacing gap is stretched by 1/limit).
@@ -113,6 +124,16 @@ class FetchSettings(BaseSettings):
     max_batch_urls: Annotated[int, Field(ge=1)] = 1_000_000
     seed: int | None = None  # jitter and probe sampling; None = fresh randomness
 
+    @field_validator("allowed_networks", mode="before")
+    @classmethod
+    def _split_networks(cls, value: Any) -> Any:
+        if isinstance(value, str):  # RECRAWL_ALLOWED_NETWORKS="127.0.0.0/8,::1"
+            value = [v for v in value.split(",") if v.strip()]
+        if isinstance(value, list | tuple):
+            parse_networks(value)  # ValueError naming the bad network
+            return tuple(v.strip() for v in value)
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> FetchSettings:
         if self.min_delay_s > self.max_delay_s:
@@ -139,6 +160,21 @@ class FetchSettings(BaseSettings):
                 f"got {self.robots_token!r}"
             )
         return self
+
+    @property
+    def address_policy(self) -> AddressPolicy:
+        return AddressPolicy.from_strings(self.allowed_networks)
+
+    def with_secrets(self) -> FetchSettings:
+        """These settings with the API key read from the Prefect Secret block named by
+        ``api_key_block`` (inside a flow or task run; unchanged when no block is named)."""
+        if not self.api_key_block:
+            return self
+        from prefect.blocks.system import Secret
+
+        block: Any = Secret.load(self.api_key_block)  # sync in a sync caller
+        value = block.get()
+        return self.model_copy(update={"api_key": SecretStr(str(value))})
 
     @property
     def pacing_policy(self) -> PacingPolicy:

@@ -24,6 +24,7 @@ however long the history grows (``rebuild_stats`` recomputes them from scratch).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -74,6 +75,15 @@ class HistoryInputError(HistoryError, ValueError):
 
 class HistoryCorruptError(HistoryError):
     """A file the manifest references cannot be read; the message names it."""
+
+
+class HistoryWriteError(HistoryError):
+    """A history file could not be written (disk full, size limit, permissions).
+
+    Nothing was published: readers still see the history as it was. The message names the
+    file and the cause; what the failed commit had written is removed, so a re-run once
+    there is space starts clean.
+    """
 
 
 @dataclass(frozen=True)
@@ -177,10 +187,10 @@ class HistoryStore:
         writer = CycleWriter(self, int(cycle_id), link=link)
         try:
             yield writer
+            writer.commit()
         except BaseException:
             writer.abort()
             raise
-        writer.commit()
 
     def write_cycle(
         self, cycle_id: int, rows: pa.Table | pd.DataFrame, *, link: bool = True
@@ -226,10 +236,14 @@ class HistoryStore:
         manifest["retired"] = retire
         manifest["committed_at"] = datetime.now(UTC).isoformat()
         tmp = self.dir / f".{MANIFEST}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "w") as handle:
-            json.dump(manifest, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(tmp, "w") as handle:
+                json.dump(manifest, handle, indent=1, sort_keys=True)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise write_error("manifest", self.dir / MANIFEST, exc) from exc
         os.replace(tmp, self.dir / MANIFEST)
         _fsync_dir(self.dir)
         for rel_path in previously_retired:
@@ -296,12 +310,23 @@ class CycleWriter:
         """Validate and stage rows of this cycle (any number of parts, e.g. one per host batch)."""
         table = validate_history_rows(rows, self.cycle_id, linked=not self.link)
         path = self.staging / f"part-{len(self.parts):05d}.parquet"
-        _write_parquet(table, path)
+        try:
+            _write_parquet(table, path)
+        except OSError as exc:
+            raise write_error(f"staged part of cycle {self.cycle_id}", path, exc) from exc
         self.parts.append(path)
         return path
 
     def abort(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
+
+    def _write(self, table: pa.Table, path: Path, what: str, written: list[Path]) -> None:
+        """Write one file of the commit; if that fails, remove the commit's files and say why."""
+        try:
+            _write_parquet(table, path)
+        except OSError as exc:
+            _remove(written)
+            raise write_error(f"{what} of cycle {self.cycle_id}", path, exc) from exc
 
     def commit(self) -> CommitResult:
         store = self.store
@@ -329,7 +354,8 @@ class CycleWriter:
             table = _conform(table)
 
             version = f"cycle={self.cycle_id}/v-{uuid.uuid4().hex}"
-            _write_parquet(table, store.dir / version / "part-0.parquet")
+            written: list[Path] = [store.dir / version]  # removed if the commit cannot finish
+            self._write(table, store.dir / version / "part-0.parquet", "data file", written)
             con.register("cycle_rows", table)
             delta = _aggregate_stats(con, con.table("cycle_rows"))
             retire = []
@@ -343,14 +369,21 @@ class CycleWriter:
                 delta = _subtract_stats(con, delta, old)
                 retire.append(old_entry["dir"])
             stats = _add_stats(con, store.page_stats(), delta)
-            manifest["stats"] = store._write_stats(stats)
+            stats_rel = f"_stats/v-{uuid.uuid4().hex}.parquet"
+            written.append(store.dir / stats_rel)
+            self._write(stats.cast(PAGE_STATS_SCHEMA), store.dir / stats_rel, "statistics", written)
+            manifest["stats"] = {"file": stats_rel, "pages": stats.num_rows}
             manifest["cycles"][str(self.cycle_id)] = {
                 "dir": version,
                 "files": ["part-0.parquet"],
                 "rows": table.num_rows,
                 "committed_at": datetime.now(UTC).isoformat(),
             }
-            store._publish(manifest, retire=retire)
+            try:
+                store._publish(manifest, retire=retire)
+            except HistoryWriteError:
+                _remove(written)
+                raise
         self.abort()
         observations = int(
             pc.sum(pc.is_in(table["outcome"], pa.array(OBSERVATION_OUTCOMES))).as_py() or 0
@@ -606,14 +639,49 @@ def _conform(table: pa.Table) -> pa.Table:
 
 
 def _write_parquet(table: pa.Table, path: Path) -> None:
-    """Write a Parquet file durably: to a temporary name, fsync, rename."""
+    """Write a Parquet file durably: to a temporary name, fsync, rename (no leftover on error)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
+    try:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+
+
+_WRITE_CAUSES = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EFBIG: "the file size limit was reached",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+}
+
+
+def write_error(what: str, path: Path, exc: OSError) -> HistoryWriteError:
+    """A HistoryWriteError naming the file, the cause and what to do."""
+    cause = _WRITE_CAUSES.get(exc.errno or 0, "")
+    detail = f"{cause} ({exc})" if cause else str(exc)
+    return HistoryWriteError(
+        f"could not write the history's {what} {path}: {detail}. Nothing was published; the "
+        "history is as it was. Free space (or fix the cause) and re-run."
+    )
+
+
+def _remove(paths: list[Path]) -> None:
+    """Remove a failed commit's files, and their folders if that leaves them empty."""
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()  # only if empty (a new cycle=<id> folder)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -4,7 +4,9 @@
 see ``Route``), follows same-host redirects itself, reads the body through the guard rails of
 ``tasks.response_guard`` within one total timeout, and returns an ``Attempt``: the outcome
 for the history row, the reason, and the signals the scheduler routes (a host's throttle or a
-plan limit of the API). It never raises for anything the network or the server does.
+plan limit of the API). It never raises for anything the network or the server does: a
+failed exchange is named by ``tasks.transport_errors`` (``tls_error``, ``bad_response``,
+``truncated``, ``refused_address``, ``timeout``, ``error``).
 
 With an ``Archiver`` (the engine's WARC hook) every exchange that got an answer and whose body
 was read within the limits is handed over as it completes, redirect hops included; the
@@ -16,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
 import httpx
 
+from models.net_policy import ALLOWED_SCHEMES
 from models.politeness import RETRYABLE_STATUS, is_retryable, parse_retry_after
 from models.urls import InvalidURLError, normalize, resolve
 from tasks.http_client import TRANSPORT_ERRORS
@@ -33,6 +36,7 @@ from tasks.response_guard import (
     head_size,
     looks_like_challenge,
 )
+from tasks.transport_errors import BodyInterruptedError, classify_failure
 
 if TYPE_CHECKING:
     from tasks.warc import WarcLocation
@@ -58,12 +62,20 @@ class Route:
 
     mode: str = "direct"
     api_url: str | None = None
+    api_key_header: str = "X-Api-Key"
+    api_key: str | None = field(default=None, repr=False)  # a secret: never printed
 
     def request_url(self, target: str) -> str:
         if self.mode != "api":
             return target
         assert self.api_url is not None
         return f"{self.api_url.rstrip('/')}/fetch?url={quote(target, safe='')}"
+
+    def request_headers(self, headers: dict[str, str]) -> dict[str, str]:
+        """``headers`` plus the API key, on requests to the scraping API only."""
+        if self.mode != "api" or not self.api_key:
+            return headers
+        return {**headers, self.api_key_header: self.api_key}
 
     def plan_limit(self, status: int, headers: dict[str, str]) -> str | None:
         if self.mode != "api" or status not in (429, 509):
@@ -106,7 +118,9 @@ async def exchange(
     ``archive`` gets the exchange once its body is read, unless a guard rail broke (no
     partial body is stored) or the answer is a scraping API's own refusal (not the page's).
     """
-    request = client.build_request("GET", route.request_url(url), headers=headers)
+    request = client.build_request(
+        "GET", route.request_url(url), headers=route.request_headers(headers)
+    )
     sent = head_size(f"GET {request.url.raw_path.decode()} HTTP/1.1", request.headers.raw)
     response = await client.send(request, stream=True)
     try:
@@ -130,10 +144,13 @@ async def exchange(
                 limits.max_ratio,
                 truncate=limits.truncate or not success,
             )
-            async for chunk in response.aiter_raw():
-                decoder.feed(chunk)
-                if decoder.done:
-                    break
+            try:
+                async for chunk in response.aiter_raw():
+                    decoder.feed(chunk)
+                    if decoder.done:
+                        break
+            except TRANSPORT_ERRORS as exc:  # the headers came: this failure is mid-body
+                raise BodyInterruptedError(decoder.raw, exc) from exc
             body = decoder.body()
         except BodyLimitError as exc:
             failure = exc
@@ -225,8 +242,8 @@ async def fetch_page(
                     )
                 target, problem = _redirect_target(current, location, visited)
                 if problem is not None:
-                    outcome = "redirect_loop" if problem.startswith("loop") else "redirect"
-                    return _finish(outcome, ex.status, problem, wire, started, ex)
+                    outcome, why = problem
+                    return _finish(outcome, ex.status, why, wire, started, ex)
                 denied = robots_reason(target)
                 if denied is not None:
                     return _finish(
@@ -242,24 +259,32 @@ async def fetch_page(
         return _failure(
             "timeout", f"no complete answer within {limits.timeout_s:g} s", wire, started
         )
-    except httpx.TimeoutException as exc:
-        return _failure("timeout", f"{type(exc).__name__}: {exc}".rstrip(": "), wire, started)
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         return _failure("error", f"bad URL: {exc}", wire, started, retryable=False)
     except TRANSPORT_ERRORS as exc:
-        return _failure("error", f"{type(exc).__name__}: {exc}".rstrip(": "), wire, started)
+        failure = classify_failure(exc)
+        return _failure(failure.outcome, failure.reason, wire, started, retryable=failure.retryable)
 
 
-def _redirect_target(current: str, location: str, visited: set[str]) -> tuple[str, str | None]:
-    """The normalized redirect target, or why it is not followed."""
+def _redirect_target(
+    current: str, location: str, visited: set[str]
+) -> tuple[str, tuple[str, str] | None]:
+    """The normalized redirect target, or the outcome and reason for not following it."""
     try:
-        target = normalize(resolve(current, location))
+        resolved = resolve(current, location)
     except InvalidURLError as exc:
-        return location, f"redirect to a bad URL: {exc}"
+        return location, ("redirect", f"redirect to a bad URL: {exc}")
+    scheme = resolved.split(":", 1)[0].lower() if ":" in resolved else ""
+    if scheme not in ALLOWED_SCHEMES:
+        return resolved, ("refused_address", f"redirect to a refused scheme {scheme!r}")
+    try:
+        target = normalize(resolved)
+    except InvalidURLError as exc:
+        return location, ("redirect", f"redirect to a bad URL: {exc}")
     if urlsplit(target).netloc != urlsplit(current).netloc:
-        return target, f"redirect to another host, not followed: {target}"
+        return target, ("redirect", f"redirect to another host, not followed: {target}")
     if target in visited:
-        return target, f"loop: redirect back to {target}"
+        return target, ("redirect_loop", f"loop: redirect back to {target}")
     return target, None
 
 

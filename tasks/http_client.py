@@ -9,6 +9,8 @@ transport stays available (``http_transport="httpx"``).
 
 No cookies are kept (a crawler must not carry one page's session into the next request), no
 environment proxies are read, redirects and Content-Encoding are handled by the engine itself.
+Every request passes the address policy (``tasks.net_guard``): each is judged before it is
+sent, and every host name is resolved once, judged, and connected to at the judged address.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from tasks.fetch_settings import FetchSettings
+from tasks.net_guard import AddressGuard, GuardedTransport, PolicyResolver, guarded_httpx_transport
 from tasks.response_guard import ACCEPT_ENCODING
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
@@ -46,33 +49,41 @@ class _NoCookieJar(http.cookiejar.CookieJar):
 
 
 def make_client(settings: FetchSettings) -> httpx.AsyncClient:
-    """The batch's client: sized to ``settings.concurrency``, no cookies, no env proxies."""
+    """The batch's client: sized to ``settings.concurrency``, no cookies, no env proxies, every
+    request judged by the address policy."""
     keepalive = max(5.0, min(settings.max_delay_s + 1.0, 60.0))
     limits = httpx.Limits(
         max_connections=settings.concurrency,
         max_keepalive_connections=settings.concurrency,
         keepalive_expiry=keepalive,
     )
-    proxy = settings.proxy_url if settings.mode == "proxy" else None
-    transport: httpx.AsyncBaseTransport | None = None
+    policy = settings.address_policy
+    proxy_url = settings.proxy_url.get_secret_value() if settings.proxy_url else None
+    proxy = httpx.Proxy(proxy_url) if proxy_url and settings.mode == "proxy" else None
+    inner: httpx.AsyncBaseTransport
     if settings.http_transport == "aiohttp":
 
         def session() -> aiohttp.ClientSession:
             # Created lazily, inside the running event loop, by the transport.
             connector = aiohttp.TCPConnector(
-                limit=settings.concurrency, keepalive_timeout=keepalive
+                limit=settings.concurrency,
+                keepalive_timeout=keepalive,
+                resolver=PolicyResolver(policy),
             )
             return aiohttp.ClientSession(
                 connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False
             )
 
-        transport = AiohttpTransport(
-            limits=limits,
-            trust_env=False,
-            proxy=httpx.Proxy(proxy) if proxy else None,
-            client=session,
-        )
-        proxy = None  # the transport carries it
+        inner = AiohttpTransport(limits=limits, trust_env=False, proxy=proxy, client=session)
+    else:
+        inner = guarded_httpx_transport(policy, limits=limits, proxy=proxy)
+    gateway = {"api": settings.api_url, "proxy": proxy_url}.get(settings.mode)
+    guard = AddressGuard(
+        policy,
+        relay=settings.mode,
+        api_url=settings.api_url,
+        gateways=[gateway] if gateway else (),
+    )
     return httpx.AsyncClient(
         headers={
             "User-Agent": settings.user_agent,
@@ -84,6 +95,5 @@ def make_client(settings: FetchSettings) -> httpx.AsyncClient:
         timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
         follow_redirects=False,
         trust_env=False,
-        proxy=proxy,
-        transport=transport,
+        transport=GuardedTransport(inner, guard),
     )

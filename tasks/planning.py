@@ -19,6 +19,7 @@ from models.cost import (
     PageHistory,
     health_multiplier,
 )
+from models.discovery import NEAR_DUPLICATE_VALUE
 from models.planning import REASONS, Candidates, PlanningInputError, Slices, select_batch
 from models.schemas import OBSERVATION_OUTCOMES
 from tasks.catalog import CatalogStore
@@ -49,7 +50,10 @@ WITH hosts AS (
            sum(recent) AS host_recent, sum(unhealthy) AS host_unhealthy
     FROM attempts GROUP BY host
 )
-SELECT e.url_id, e.host, e.rate, e.log_std, coalesce(c.value, 1.0) AS value,
+SELECT e.url_id, e.host, e.rate, e.log_std,
+       coalesce(c.value, 1.0)
+           * CASE WHEN c.near_duplicate_of IS NULL THEN 1.0 ELSE $near_duplicate_value END
+           AS value,
        c.cost AS cost_hint, a.last_visit,
        coalesce(a.attempts, 0) AS attempts, coalesce(a.billed, 0) AS billed,
        a.bytes / nullif(a.attempts, 0) AS mean_bytes,
@@ -58,6 +62,7 @@ SELECT e.url_id, e.host, e.rate, e.log_std, coalesce(c.value, 1.0) AS value,
        coalesce(h.host_unhealthy, 0) AS host_unhealthy
 FROM estimates e LEFT JOIN catalog c USING (url_id) LEFT JOIN attempts a USING (url_id)
      LEFT JOIN hosts h ON h.host = e.host
+WHERE c.canonical IS NULL  -- a page known by another URL is not planned on its own
 """
 
 
@@ -81,6 +86,7 @@ def plan_cycle(
     cost_model: CostModel | str = "credits",
     cost_window_days: float = 30.0,
     health_window_days: float = 7.0,
+    near_duplicate_value: float = NEAR_DUPLICATE_VALUE,
 ) -> PlanResult:
     """Write ``<root>/plans/cycle=<id>.parquet`` and return its path and summary.
 
@@ -92,6 +98,10 @@ def plan_cycle(
     "catalog") applied to the page's attempts of the last ``cost_window_days`` (else its
     host's, else the catalog's hint), times its host's health multiplier over the last
     ``health_window_days``: a host that throttles or fails costs more.
+
+    What the recrawl cycle learned of the catalog's pages applies: a page whose
+    ``canonical`` names another page is left out (the other page is planned), and a known
+    near-duplicate (``near_duplicate_of``) counts ``near_duplicate_value`` times its value.
     """
     slices = slices or Slices()
     model = _cost_model(cost_model)
@@ -115,7 +125,7 @@ def plan_cycle(
         "health_since": (stamp - pd.Timedelta(days=health_window_days)).to_pydatetime(),
     }
     con.register("attempts", con.sql(_ATTEMPTS, params=params).to_arrow_table())
-    pages = con.sql(_PAGES).to_df()
+    pages = con.sql(_PAGES, params={"near_duplicate_value": near_duplicate_value}).to_df()
     since = (stamp - pages["last_visit"]).dt.total_seconds().to_numpy() / 86400.0
     costs = page_costs(model, pages)
     host_codes, host_names = pd.factorize(pages["host"])

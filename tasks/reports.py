@@ -242,9 +242,17 @@ def write_plots(
 
 
 def summary_markdown(
-    numbers: CycleNumbers, pressure: pd.DataFrame, plots: dict[str, Path], cost_model: str
+    numbers: CycleNumbers,
+    pressure: pd.DataFrame,
+    plots: dict[str, Path],
+    cost_model: str,
+    near_duplicates: dict[str, Any] | None = None,
 ) -> str:
-    """The cycle's summary as markdown (the flow's keyed ``recrawl-summary`` artifact)."""
+    """The cycle's summary as markdown (the flow's keyed ``recrawl-summary`` artifact).
+
+    ``near_duplicates`` is the cycle's near-duplicate report
+    (``tasks.cycle_content.read_near_duplicate_report``), if there is one.
+    """
     n = numbers
     realized = (
         "n/a (no ground truth)"
@@ -281,11 +289,37 @@ def summary_markdown(
     if len(pressure):
         lines.append(markdown_table(pressure.head(10)))
         lines.append("")
+    if near_duplicates is not None:
+        lines += near_duplicate_section(near_duplicates)
     lines.append("## Plots")
     lines.append("")
     for name, path in plots.items():
         lines.append(f"- [{name}]({Path(path).resolve().as_uri()})")
     return "\n".join(lines) + "\n"
+
+
+def near_duplicate_section(report: dict[str, Any]) -> list[str]:
+    """Markdown lines of the near-duplicate report: counts, then the largest clusters."""
+    lines = [
+        f"## Near-duplicate clusters: {report['clusters']:,}",
+        "",
+        f"{report['pages_in_clusters']:,} of {report['pages_with_fingerprint']:,} pages with a "
+        f"fingerprint are within {report['max_distance_bits']} bits of another page; "
+        f"{report['down_ranked']:,} are down-ranked (one page per cluster keeps its value); "
+        f"{report['fetched_this_cycle_in_clusters']:,} of them were fetched this cycle.",
+        "",
+    ]
+    top = report.get("largest_clusters") or []
+    if top:
+        frame = pd.DataFrame(
+            {
+                "pages": [c["size"] for c in top],
+                "kept": [c["kept"] for c in top],
+                "e.g.": [", ".join(c["examples"][:3]) for c in top],
+            }
+        )
+        lines += [markdown_table(frame), ""]
+    return lines
 
 
 def markdown_table(frame: pd.DataFrame) -> str:

@@ -27,8 +27,12 @@ from models.robots_policy import (
 from models.urls import resolve
 from tasks.http_attempt import REDIRECT_STATUS, BodyLimits, Route, exchange
 from tasks.http_client import TRANSPORT_ERRORS
+from tasks.transport_errors import classify_failure
 
 _ROBOTS_ERRORS: tuple[type[BaseException], ...] = (httpx.HTTPError, *TRANSPORT_ERRORS)
+#: Failures of a host's own robots.txt request that doom every page of it: the pages are
+#: recorded with this outcome (the address is refused, TLS to it fails) rather than denied.
+HOST_FAILURES = frozenset({"refused_address", "tls_error"})
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class RobotsRules:
     detail: str
     parser: Protego | None = None
     crawl_delay_s: float = 0.0
+    failure: str | None = None  # the fetch's failure outcome (``refused_address``...), if any
 
     def denial(self, url: str, token: str) -> str | None:
         """Why ``url`` may not be fetched, or None when it may."""
@@ -65,6 +70,7 @@ class RobotsFetch:
     duration_s: float
     too_many_redirects: bool = False
     plan_limit: str | None = None  # the scraping API refused it (not the host's answer)
+    failure: str | None = None  # outcome of a failed exchange (tasks.transport_errors)
 
 
 def robots_url(page_url: str) -> str:
@@ -86,9 +92,10 @@ async def fetch_robots(
     url = robots_url(page_url)
     wire = 0
     limits = BodyLimits(max_bytes, float("inf"), truncate=True)
+    hop = 0
     try:
         async with asyncio.timeout(timeout_s):
-            for _ in range(max_redirects + 1):
+            for hop in range(max_redirects + 1):  # noqa: B007 - read after the loop
                 ex = await exchange(client, route, url, {}, limits)
                 wire += ex.wire_bytes
                 if ex.plan_limit:
@@ -110,9 +117,15 @@ async def fetch_robots(
             return RobotsFetch(ex.status, b"", detail, wire, duration, too_many_redirects=True)
     except TimeoutError:
         detail = f"timeout after {timeout_s:g} s"
+        return RobotsFetch(None, b"", detail, wire, time.monotonic() - started, failure="timeout")
     except _ROBOTS_ERRORS as exc:
-        detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
-    return RobotsFetch(None, b"", detail, wire, time.monotonic() - started)
+        failure = classify_failure(exc)
+        duration = time.monotonic() - started
+        outcome, detail = failure.outcome, failure.reason
+        if hop:  # a redirect target failed, not the host itself: robots.txt is unreachable
+            detail = f"redirect to {url}: {detail}"
+            outcome = "error" if outcome in HOST_FAILURES else outcome
+        return RobotsFetch(None, b"", detail, wire, duration, failure=outcome)
 
 
 def interpret_robots(
@@ -133,7 +146,7 @@ def interpret_robots(
         verdict = RobotsVerdict.ALLOW_ALL
     expires = now + timedelta(seconds=policy.ttl(verdict))
     if verdict is not RobotsVerdict.PARSE:
-        return RobotsRules(verdict, expires, status, fetched.detail)
+        return RobotsRules(verdict, expires, status, fetched.detail, failure=fetched.failure)
     parser = Protego.parse(robots_text(fetched.body, max_bytes))
     delay = 0.0
     if crawl_delay_cap_s is not None:

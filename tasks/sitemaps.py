@@ -9,9 +9,11 @@ lines come from protego, and a sitemap the rules disallow is not fetched.
 Bodies are streamed: never more than 50 MB are read off the wire, and gzip (a ``.xml.gz``
 file, or ``Content-Encoding: gzip``) is inflated chunk by chunk into the parser, stopped at
 50 MB of XML. Each sitemap that fails is recorded with its reason (``http_error``,
-``robots_denied``, ``too_deep``, ``cross_host_sitemap``, ``too_many_sitemaps``, or one of
-the parser's) and the others are read as usual; entries outside a sitemap's scope are
-dropped one by one (``cross_host``, ``outside_path``, ``bad_url``).
+``robots_denied``, ``too_deep``, ``cross_host_sitemap``, ``too_many_sitemaps``,
+``refused_address``, or one of the parser's) and the others are read as usual; entries
+outside a sitemap's scope are dropped one by one (``cross_host``, ``outside_path``,
+``bad_url``). Every request passes the address policy (``tasks.net_guard``; loopback and
+private networks only if ``allowed_networks`` lists them).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from datetime import UTC, datetime
 import httpx
 
 from models.discovery import Candidate, Tally
+from models.net_policy import AddressPolicy, parse_networks
 from models.robots_policy import RobotsCachePolicy, RobotsVerdict
 from models.sitemap import (
     GZIP_MAGIC,
@@ -40,6 +43,13 @@ from models.sitemap import (
 from models.urls import InvalidURLError, normalize, resolve
 from tasks.fetch_settings import DEFAULT_USER_AGENT
 from tasks.http_attempt import Route
+from tasks.net_guard import (
+    AddressGuard,
+    GuardedTransport,
+    guarded_httpx_transport,
+    networks_from_env,
+    refusal_in,
+)
 from tasks.robots import RobotsRules, fetch_robots, interpret_robots
 
 log = logging.getLogger(__name__)
@@ -65,10 +75,14 @@ class SitemapSettings:
     host_concurrency: int = 16  # hosts read at once
     min_delay_s: float = 0.5  # between two requests to one host
     crawl_delay_cap_s: float = 30.0
+    # Address policy (models.net_policy): CIDR networks reachable although loopback, private
+    # or reserved; default: RECRAWL_ALLOWED_NETWORKS, else none (the sandbox passes its own).
+    allowed_networks: tuple[str, ...] = field(default_factory=networks_from_env)
 
     def __post_init__(self) -> None:
         if self.max_depth < 0 or self.max_sitemaps < 1 or self.host_concurrency < 1:
             raise ValueError("max_depth >= 0, max_sitemaps >= 1, host_concurrency >= 1 required")
+        parse_networks(self.allowed_networks)  # ValueError naming a bad network
 
 
 @dataclass(frozen=True)
@@ -93,12 +107,17 @@ def origin_of(url: str) -> str:
 
 
 def make_sitemap_client(settings: SitemapSettings) -> httpx.AsyncClient:
+    """httpx with its own transport under the address policy (every redirect hop judged,
+    every name resolved once and connected to at the judged address)."""
+    policy = AddressPolicy.from_strings(settings.allowed_networks)
+    transport = guarded_httpx_transport(policy, limits=httpx.Limits())
     return httpx.AsyncClient(
         headers={"User-Agent": settings.user_agent, "Accept-Encoding": "gzip"},
         timeout=httpx.Timeout(settings.timeout_s, connect=10.0),
         follow_redirects=True,
         max_redirects=5,
         trust_env=False,
+        transport=GuardedTransport(transport, AddressGuard(policy)),
     )
 
 
@@ -205,6 +224,9 @@ class SitemapReader:
             return []
         self._scheduled += 1
         rules = await self.robots(origin) if settings.respect_robots else None
+        if rules is not None and rules.failure == "refused_address":
+            self.report.rejected.add("refused_address", f"sitemap {url}: {rules.detail}")
+            return []
         if rules is not None:
             denial = rules.denial(url, settings.robots_token)
             if denial is not None:
@@ -272,6 +294,9 @@ class SitemapReader:
                 "http_error", f"no complete answer within {settings.timeout_s:g} s"
             ) from None
         except httpx.HTTPError as exc:
+            refused = refusal_in(exc)
+            if refused is not None:
+                raise SitemapRejectedError("refused_address", refused.reason) from None
             detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
             raise SitemapRejectedError("http_error", detail) from None
 

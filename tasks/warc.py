@@ -11,8 +11,12 @@ Each file opens with a ``warcinfo`` record. Every exchange that got an HTTP answ
 ``response`` record, or a ``revisit`` record when nothing new needs storing: a 304 (profile
 ``server-not-modified``) or a 2xx whose payload digest equals one already stored (profile
 ``identical-payload-digest``; the digest of a page's previous observation given by the
-caller, or any payload this writer stored before). Every record carries ``WARC-Block-Digest``
-and, where it has a payload, ``WARC-Payload-Digest`` (SHA-1, base 32, as warcio computes).
+caller, or any payload this writer stored before). Across cycles the caller names each
+page's previous capture: ``previous=`` per call, or a lookup by page URL given to the writer
+(``WarcWriter(previous_captures=...)``, e.g. ``tasks.warc_read.PreviousCaptures`` over the
+history's ``warc_file``/``warc_offset``), asked only for 2xx and 304 answers. Every record
+carries ``WARC-Block-Digest`` and, where it has a payload, ``WARC-Payload-Digest`` (SHA-1,
+base 32, as warcio computes).
 
 Crash safety: a file is written under a temporary name and renamed into place, after an fsync,
 only when it is complete (``close`` or rotation at ``max_file_bytes``). The history must be
@@ -43,7 +47,7 @@ import uuid
 import zlib
 from base64 import b32encode
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -159,8 +163,10 @@ class WarcWriter:
         *,
         settings: WarcSettings | None = None,
         part: str | None = None,
+        previous_captures: Callable[[str], PayloadRef | None] | None = None,
     ) -> None:
         self.root = Path(root)
+        self.previous_captures = previous_captures
         self.cycle_id = int(cycle_id)
         self.settings = settings or WarcSettings()
         self.part = part or uuid.uuid4().hex[:12]
@@ -209,10 +215,14 @@ class WarcWriter:
 
         ``url`` is the page (WARC-Target-URI); ``request_url`` what was actually requested
         (a scraping API's endpoint), default ``url``. ``previous`` is the payload of the
-        page's last stored observation: an identical body becomes a revisit record.
+        page's last stored observation: an identical body becomes a revisit record (default:
+        what the writer's ``previous_captures`` lookup says of ``url``, for 2xx and 304).
         """
         if not 100 <= int(status) <= 999:
             raise ValueError(f"status must be an HTTP status code, got {status!r}")
+        answered = 200 <= int(status) < 300 or int(status) == 304
+        if previous is None and self.previous_captures is not None and answered:
+            previous = self.previous_captures(url)
         when = fetched_at or datetime.now(UTC)
         if when.tzinfo is None:
             raise ValueError("fetched_at must be timezone-aware (UTC)")
@@ -504,6 +514,29 @@ def remove_stale_temp_files(root: str | Path, older_than_s: float = TEMP_MAX_AGE
             if now - temp.stat().st_mtime >= older_than_s:
                 temp.unlink()
                 removed += 1
+    return removed
+
+
+def remove_orphaned_files(
+    root: str | Path, cycle_id: int, keep: set[str], *, pattern: str = "*-batch-*"
+) -> list[str]:
+    """Delete the cycle's WARC files (published or temporary) named by ``pattern`` that are
+    not in ``keep`` (paths relative to the root); returns those deleted.
+
+    The recrawl cycle calls it at commit with the files its batches' parts name: what is
+    left was written by a batch run that crashed or failed, which no history row names.
+    """
+    folder = Path(root) / WARC_DIR / f"cycle={int(cycle_id)}"
+    removed = []
+    for path in sorted([*folder.glob(f"{pattern}.warc.gz"), *folder.glob(f".{pattern}.tmp")]):
+        relative = f"{WARC_DIR}/cycle={int(cycle_id)}/{path.name}"
+        if relative in keep:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(relative)
+    if removed:
+        _fsync_dir(folder)
     return removed
 
 

@@ -3,12 +3,17 @@
 Records are parsed by warcio's ``ArchiveIterator`` from the offset of their gzip member, with
 digests verified; an identical-payload revisit written by ``tasks.warc.WarcWriter`` is
 followed to the record that holds the payload.
+
+``PreviousCaptures`` is the writer's lookup of each page's previous capture across cycles:
+the recrawl cycle gives it the history's last ``warc_file``/``warc_offset`` per page (carried
+in the batch's Parquet) and it reads the record's WARC headers only when a page answers.
 """
 
 from __future__ import annotations
 
+import logging
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -17,6 +22,8 @@ from warcio.exceptions import ArchiveLoadFailed
 from warcio.statusandheaders import StatusAndHeaders
 
 from tasks.warc import PROFILE_IDENTICAL, REFERS_TO_LOCATION, WARC_DIR, PayloadRef, WarcError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,82 @@ def payload_ref(root: str | Path, file: str, offset: int) -> PayloadRef:
         str(record.header("WARC-Record-ID")),
         f"{file}#{offset}",
     )
+
+
+def capture_ref(root: str | Path, file: str, offset: int) -> PayloadRef:
+    """``payload_ref`` from the WARC headers alone (no body read, no digest check): what a
+    page's next identical capture refers to. A revisit is followed to its original once."""
+    rec_type, headers = _headers_at(root, file, offset)
+    if rec_type == "revisit":
+        location = headers.get_header(REFERS_TO_LOCATION)
+        if not location or "#" not in location:
+            raise WarcError(f"revisit at {file}#{offset} names no stored payload")
+        ref_file, _, ref_offset = location.rpartition("#")
+        file, offset = ref_file, int(ref_offset)
+        rec_type, headers = _headers_at(root, file, offset)
+    if rec_type != "response":
+        raise WarcError(f"record at {file}#{offset} is a {rec_type}, not a response")
+    digest = headers.get_header("WARC-Payload-Digest")
+    if not digest:
+        raise WarcError(f"response at {file}#{offset} has no payload digest")
+    return PayloadRef(
+        str(digest),
+        str(headers.get_header("WARC-Target-URI")),
+        str(headers.get_header("WARC-Date")),
+        str(headers.get_header("WARC-Record-ID")),
+        f"{file}#{offset}",
+    )
+
+
+class PreviousCaptures:
+    """Each page's previous capture, by normalized page URL: a ``WarcWriter`` lookup.
+
+    ``locations`` maps a page URL to the ``(warc_file, warc_offset)`` of its last observation
+    (the history's columns). The record is read (headers only, ``capture_ref``) the first
+    time the page answers; a capture that cannot be read (file removed, not a response) is
+    counted in ``unreadable`` and the page is stored in full, as if it had none.
+    """
+
+    def __init__(self, root: str | Path, locations: Mapping[str, tuple[str, int]]) -> None:
+        self.root = root
+        self.locations = locations
+        self.unreadable = 0
+        self._refs: dict[str, PayloadRef | None] = {}
+
+    def __len__(self) -> int:
+        return len(self.locations)
+
+    def __call__(self, url: str) -> PayloadRef | None:
+        if url in self._refs:
+            return self._refs[url]
+        where = self.locations.get(url)
+        ref = None
+        if where is not None:
+            try:
+                ref = capture_ref(self.root, where[0], int(where[1]))
+            except WarcError as exc:
+                self.unreadable += 1
+                if self.unreadable == 1:
+                    log.warning("previous WARC capture unreadable (stored in full): %s", exc)
+        self._refs[url] = ref
+        return ref
+
+
+def _headers_at(root: str | Path, file: str, offset: int) -> tuple[str, StatusAndHeaders]:
+    path = _checked_path(root, file)
+    if offset < 0:
+        raise WarcError(f"negative WARC offset {offset} for {file}")
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            record = next(iter(ArchiveIterator(handle)), None)
+            if record is None:
+                raise WarcError(f"no WARC record at {file}#{offset}")
+            return str(record.rec_type), record.rec_headers
+    except FileNotFoundError:
+        raise WarcError(f"WARC file {file} does not exist under {root}") from None
+    except (ArchiveLoadFailed, OSError, ValueError, EOFError, zlib.error) as exc:
+        raise WarcError(f"cannot read a WARC record at {file}#{offset}: {exc}") from None
 
 
 def _checked_path(root: str | Path, file: str) -> Path:

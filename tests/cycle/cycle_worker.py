@@ -14,6 +14,7 @@ import sys
 from datetime import datetime
 
 from models.planning import Slices
+from sandbox import SANDBOX_NETWORKS
 from tasks import history
 from tasks.cycle import (
     commit_cycle,
@@ -27,7 +28,13 @@ from tasks.cycle import (
 from tasks.fetch_settings import FetchSettings
 from tasks.planning import plan_cycle
 
-SETTINGS = FetchSettings(min_delay_s=0.02, max_delay_s=0.05, delay_factor=1.0, seed=1)
+SETTINGS = FetchSettings(
+    min_delay_s=0.02,
+    max_delay_s=0.05,
+    delay_factor=1.0,
+    seed=1,
+    allowed_networks=SANDBOX_NETWORKS,  # the sandbox is on loopback
+)
 
 
 def _die() -> None:

@@ -12,7 +12,7 @@ import pytest
 from models.extract import extract
 from models.extract_rules import CssRule, ExtractionRules, UrlPattern
 from models.urls import normalize, url_id
-from sandbox import HostBehaviour, SandboxWeb, SimClock, serve_sandbox
+from sandbox import SANDBOX_NETWORKS, HostBehaviour, SandboxWeb, SimClock, serve_sandbox
 from tasks.catalog import CatalogStore
 from tasks.cycle import (
     commit_cycle,
@@ -36,6 +36,7 @@ SETTINGS = FetchSettings(
     retry_base_s=0.05,
     retry_cap_s=0.2,
     seed=1,
+    allowed_networks=SANDBOX_NETWORKS,  # the sandbox is on loopback
 )
 TITLE_ONLY = CssRule({"title": "h1.title"})
 
@@ -121,8 +122,14 @@ def test_archived_records_hold_what_the_engine_saw_and_304s_are_revisits(sandbox
     second = _cycle(tmp_path, 1, plan, hasher, later)
     not_modified = [r for r in second if r["outcome"] == "not_modified"]
     assert len(not_modified) >= 5
+    earlier = {r["url_id"]: r for r in ok}
     for row in not_modified:
         record = read_warc_record(tmp_path, row["warc_file"], row["warc_offset"])
         assert record.record_type == "revisit"
         assert record.header("WARC-Profile") == PROFILE_NOT_MODIFIED
         assert record.http_headers is not None and record.http_headers.get_statuscode() == "304"
+        # it names the previous cycle's capture of the page (passed through the batch)
+        before = earlier[row["url_id"]]
+        original = read_warc_record(tmp_path, before["warc_file"], before["warc_offset"])
+        assert record.header("WARC-Refers-To") == original.header("WARC-Record-ID")
+        assert record.header("WARC-Refers-To-Date") == original.header("WARC-Date")

@@ -94,3 +94,6 @@ def test_killed_cycles_leave_the_history_whole_and_reruns_never_duplicate(slow_s
     assert sorted(cycle["url_id"]) == sorted(plan["url_id"]) and len(cycle) == 60
     assert cycle["outcome"].isin(["ok", "not_modified"]).all()
     assert not (tmp_path / "_work" / "cycle=1").exists()
+    # WARC files: the killed runs' ones are gone, every file left is one the history names
+    left = {f"warc/cycle=1/{p.name}" for p in (tmp_path / "warc" / "cycle=1").iterdir()}
+    assert left == set(cycle["warc_file"])

@@ -11,12 +11,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from models.discovery import HostCaps
+from sandbox import SANDBOX_NETWORKS
 from tasks.discovery import DiscoverySettings
 from tasks.sitemaps import SitemapSettings
 
 #: Fast, still polite-looking settings for loopback tests.
 FAST = DiscoverySettings(
-    sitemaps=SitemapSettings(min_delay_s=0.0, timeout_s=20.0), caps=HostCaps(floor=10_000)
+    sitemaps=SitemapSettings(min_delay_s=0.0, timeout_s=20.0, allowed_networks=SANDBOX_NETWORKS),
+    caps=HostCaps(floor=10_000),
 )
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

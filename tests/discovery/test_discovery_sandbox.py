@@ -104,6 +104,8 @@ def test_max_pages_and_cli(sandbox, tmp_path, capsys):
             "100",
             "--min-delay",
             "0",
+            "--allow-network",
+            "127.0.0.0/8",  # the sandbox is on loopback
         ]
     )
     out = capsys.readouterr().out

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from sandbox import HostBehaviour, SandboxWeb, SimClock, serve_sandbox
+from sandbox import SANDBOX_NETWORKS, HostBehaviour, SandboxWeb, SimClock, serve_sandbox
 from tasks.fetch import EngineState, fetch_batch_sync
 from tasks.fetch_settings import FetchSettings
 
@@ -31,6 +31,7 @@ def quick_settings(**overrides) -> FetchSettings:
         "request_timeout_s": 5.0,
         "robots_timeout_s": 2.0,
         "seed": 7,
+        "allowed_networks": SANDBOX_NETWORKS,  # the address policy refuses loopback
     }
     base.update(overrides)
     return FetchSettings(**base)

@@ -230,10 +230,10 @@ def test_total_timeout_is_an_outcome_retried_once_and_halves_the_host():
     assert result.metrics.hosts[sb.host(0)].lowest_limit == 0.5  # halved by each timeout
 
 
-def test_loopback_can_be_refused_before_any_request():
-    settings = quick_settings(allow_loopback=False)
+def test_loopback_is_refused_unless_allowed():
+    settings = quick_settings(allowed_networks=())  # the default: no allow-list
     result = run(["http://127.0.0.1:9/x", "http://localhost:9/y"], settings)
     rows = result.rows.to_pylist()
-    assert [r["outcome"] for r in rows] == ["error", "error"]
+    assert [r["outcome"] for r in rows] == ["refused_address", "refused_address"]
     assert all("loopback" in r["reason"] for r in rows)
-    assert result.metrics.requests == 0
+    assert result.metrics.requests == 0 and result.metrics.refused == 2

@@ -15,6 +15,7 @@ def test_recrawl_fetch_writes_rows_and_prints_outcomes(tmp_path, capsys, monkeyp
         out = tmp_path / "rows.parquet"
         private = sb.base_url(0) + "/private/1"
         args = ["--urls", str(url_file), "--out", str(out), "--concurrency", "4"]
+        args += ["--allow-network", "127.0.0.0/8"]  # the sandbox is on loopback
         code = main(["fetch", *sb.page_urls(0), private, *args])
     assert code == 0
     table = pq.read_table(out)
@@ -31,3 +32,12 @@ def test_recrawl_fetch_rejects_bad_input(tmp_path, capsys):
     args = ["fetch", "http://127.0.0.1:9/", "--out", str(tmp_path / "x.parquet")]
     assert main([*args, "--mode", "api"]) == 2
     assert "api_url" in capsys.readouterr().err
+    assert main([*args, "--allow-network", "127.0.0.1/8"]) == 2
+    assert "127.0.0.1/8" in capsys.readouterr().err
+
+
+def test_recrawl_fetch_refuses_loopback_without_an_allow_list(tmp_path, capsys):
+    out = tmp_path / "rows.parquet"
+    assert main(["fetch", "http://127.0.0.1:9/x", "--out", str(out)]) == 0
+    assert pq.read_table(out).column("outcome").to_pylist() == ["refused_address"]
+    assert "loopback" in capsys.readouterr().out

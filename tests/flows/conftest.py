@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
-from sandbox import HostBehaviour, SandboxWeb, SimClock, serve_sandbox
+from sandbox import SANDBOX_NETWORKS, HostBehaviour, SandboxWeb, SimClock, serve_sandbox
 from tasks.catalog import CatalogStore
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -23,6 +23,7 @@ FAST_FETCH = {
     "retry_base_s": 0.05,
     "retry_cap_s": 0.2,
     "seed": 1,
+    "allowed_networks": list(SANDBOX_NETWORKS),  # the address policy refuses loopback
 }
 BOOTSTRAP = {"discovery": 1.0, "reestimation": 0.0, "verification": 0.0}
 
