@@ -70,9 +70,15 @@ def make_client(settings: FetchSettings) -> httpx.AsyncClient:
                 keepalive_timeout=keepalive,
                 resolver=PolicyResolver(policy),
             )
-            return aiohttp.ClientSession(
+            client = aiohttp.ClientSession(
                 connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False
             )
+            # aiohttp resends an idempotent request once by itself when a kept-alive
+            # connection is reset, behind the engine's pacing and retry budget; it has no
+            # public switch (aio-libs/aiohttp#10790), so turn the attribute off. Retries are
+            # the engine's decision only.
+            client._retry_connection = False
+            return client
 
         inner = AiohttpTransport(limits=limits, trust_env=False, proxy=proxy, client=session)
     else:

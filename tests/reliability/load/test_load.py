@@ -96,12 +96,6 @@ def test_a_cycle_over_200_hosts_with_20_failing_stays_polite_bounded_and_complet
     assert not short, short
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="aiohttp resends an idempotent request by itself once when its connection is "
-    "reset (ClientSession._retry_connection), behind the engine's pacing and retry budget; "
-    "tasks/http_client.py should turn that off",
-)
 def test_a_reset_request_is_not_resent_behind_the_engines_back():
     faults = {0: "reset"}
     scale = FaultScale(fault_share=1.0)  # every page request is reset
