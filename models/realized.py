@@ -46,7 +46,11 @@ def _span(*times: FloatArray) -> tuple[float, float]:
         return 0.0, 1.0
     low = min(float(t.min()) for t in values)
     high = max(float(t.max()) for t in values)
-    return low, (high - low) * 2.0 + 2.0
+    # A power of two: page * span is exact and key / span divides exactly, so
+    # floor(key / span) gives the page back even for a time equal to ``low`` (with any
+    # other span, page * span / span can round to page - 1 and attach a page's first visit
+    # to the previous page).
+    return low, float(2.0 ** np.ceil(np.log2((high - low) * 2.0 + 2.0)))
 
 
 def fresh_share(

@@ -33,3 +33,15 @@ def test_a_visit_catches_a_change_only_if_one_happened_since_the_previous_visit(
 def test_events_reject_mismatched_arrays():
     with pytest.raises(ValueError, match="same shape"):
         Events(np.zeros(2, dtype=np.int64), np.zeros(3))
+
+
+@pytest.mark.parametrize("high", [2.9959942719202353, 3.0, 7.3, 29.9])
+def test_every_page_keeps_its_own_visits_whatever_the_time_span(high):
+    """Regression: with a time span that is not a power of two, ``page * span / span`` can
+    round to ``page - 1``, attaching a page's visit at the earliest time to the page before
+    (the toy demo counted 14 "visits after a visit" among 12 revisits)."""
+    pages = np.arange(400)
+    visits = ev(np.r_[pages, pages], np.r_[np.zeros(400), np.full(400, 1.0)])
+    changes = ev([0, 5], [0.5, high])  # the last change sets the span
+    found, none = changes_caught(visits, changes)
+    assert (found, none) == (1, 399)
