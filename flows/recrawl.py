@@ -28,7 +28,6 @@ coroutine that never runs. Each fetch task runs its own event loop (``asyncio.ru
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Iterable
@@ -37,7 +36,6 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-import pyarrow.parquet as pq
 from prefect import flow, task
 from prefect.artifacts import (
     create_markdown_artifact,
@@ -52,11 +50,11 @@ from pydantic import ValidationError
 
 from flows.plan import CostModelName, next_cycle_id, plan_cycle_task
 from flows.run_context import in_run, run_logger
-from models.urls import InvalidURLError, normalize
 from tasks.cycle import (
     BatchOutcome,
     BatchSpec,
     CycleCommit,
+    CycleInputError,
     commit_cycle,
     cycle_state,
     discard_work,
@@ -169,17 +167,17 @@ def fetch_host_batch_task(
 def hold_until_paced(root: str, cycle: int, batch: str, settings: FetchSettings) -> float:
     """Sleep until every host of the batch may be contacted again; the seconds slept.
 
-    The process's engine state knows when each host's last pacing gap ends; the batch's
-    hosts are the normalized ``host[:port]`` of its URLs, as the engine names them.
+    The process's engine state knows when each host's last pacing gap ends; the split's
+    index already names the batch's hosts as the engine does (the catalog's normalized
+    ``host[:port]``).
     """
-    path = work_dir(root, cycle) / "batches" / f"{batch}.parquet"
-    if not path.exists():
+    try:
+        spec = next((b for b in read_batches(root, cycle) if b.name == batch), None)
+    except CycleInputError:  # no split: the batch never ran
+        spec = None
+    if spec is None:
         return 0.0
-    hosts = set()
-    for url in set(pq.read_table(path, columns=["url"])["url"].to_pylist()):
-        with contextlib.suppress(InvalidURLError):
-            hosts.add(urlsplit(normalize(url)).netloc)
-    wait = pacing_left_s(engine_state(settings), hosts, time.monotonic())
+    wait = pacing_left_s(engine_state(settings), spec.hosts, time.monotonic())
     time.sleep(wait)
     return wait
 
