@@ -31,26 +31,13 @@ def select_with_horizon(
 ) -> tuple[IntArray, IntArray]:
     """``select_batch`` without its leftover rule, then the leftover spent by horizon gain."""
     c = candidates
-    plan = select_batch(
-        c, budget, host_capacity, slices=replace(slices, spend_leftover=False), seed=seed
-    )
-    left = budget - float(plan.cost.sum())
-    taken = np.zeros(c.size, dtype=bool)
-    taken[plan.index] = True
     since = np.nan_to_num(c.days_since_visit, nan=0.0)
     with np.errstate(divide="ignore"):
         interval = np.where(c.frequency > 0, 1.0 / c.frequency, np.inf)
     horizon = np.clip(interval - since, 1.0, 365.0)
     gain = freshness_gain(c.rate, since, horizon)
-    pool = np.flatnonzero(~taken & (c.frequency > 0) & (gain > 0) & ~np.isnan(c.days_since_visit))
-    if left <= 0 or pool.shape[0] == 0:
-        return plan.index, plan.reason
-    ranked = pool[np.argsort(-(c.value * gain / c.cost)[pool], kind="stable")]
-    used = np.bincount(c.hosts[plan.index], minlength=host_capacity.shape[0])
-    extra = fill_in_order(ranked, c.hosts, c.cost, host_capacity - used, left)
-    index = np.concatenate([plan.index, extra])
-    reason = np.concatenate([plan.reason, np.full(extra.shape[0], AHEAD, dtype=np.int64)])
-    return index, reason
+    score = np.where(gain > 0, c.value * gain / c.cost, np.nan)
+    return _leftover_by_score(c, budget, host_capacity, score, slices=slices, seed=seed)
 
 
 def select_with_probes(
@@ -120,18 +107,33 @@ def select_nearest_due(
     their due time (largest share of their interval elapsed), so the visits follow the
     allocation's frequencies as closely as the budget allows."""
     c = candidates
+    elapsed = np.nan_to_num(c.days_since_visit, nan=0.0) * c.frequency
+    return _leftover_by_score(c, budget, host_capacity, elapsed, slices=slices, seed=seed)
+
+
+def _leftover_by_score(
+    c: Candidates,
+    budget: float,
+    host_capacity: FloatArray,
+    score: FloatArray,
+    *,
+    slices: Slices,
+    seed: int,
+) -> tuple[IntArray, IntArray]:
+    """``select_batch`` without its leftover rule, then what it leaves spent on pages not in
+    the batch (visited before, with a frequency, a score that is not NaN), highest score
+    first, within the hosts' remaining capacities (reason ``AHEAD``)."""
     plan = select_batch(
         c, budget, host_capacity, slices=replace(slices, spend_leftover=False), seed=seed
     )
     left = budget - float(plan.cost.sum())
     taken = np.zeros(c.size, dtype=bool)
     taken[plan.index] = True
-    since = np.nan_to_num(c.days_since_visit, nan=0.0)
-    elapsed = since * c.frequency
-    pool = np.flatnonzero(~taken & (c.frequency > 0) & ~np.isnan(c.days_since_visit))
+    eligible = ~taken & (c.frequency > 0) & ~np.isnan(c.days_since_visit) & ~np.isnan(score)
+    pool = np.flatnonzero(eligible)
     if left <= 0 or pool.shape[0] == 0:
         return plan.index, plan.reason
-    ranked = pool[np.argsort(-elapsed[pool], kind="stable")]
+    ranked = pool[np.argsort(-score[pool], kind="stable")]
     used = np.bincount(c.hosts[plan.index], minlength=host_capacity.shape[0])
     extra = fill_in_order(ranked, c.hosts, c.cost, host_capacity - used, left)
     index = np.concatenate([plan.index, extra])
