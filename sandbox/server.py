@@ -391,6 +391,14 @@ def serve_sandbox(
 ) -> Iterator[RunningSandbox]:
     """Serve ``web`` on loopback from a background thread until the block exits."""
     server = SandboxServer(web, port, log=RequestLog(log_max_entries), api=api)
+    with serve_in_thread(server):
+        yield RunningSandbox(server)
+
+
+@contextmanager
+def serve_in_thread(server: SandboxServer, name: str = "sandbox-web") -> Iterator[SandboxServer]:
+    """Run ``server`` (or a subclass) on its own event loop in a background thread until the
+    block exits; a failure to start is raised here."""
     loop = asyncio.new_event_loop()
     started = threading.Event()
     failure: list[BaseException] = []
@@ -401,21 +409,21 @@ def serve_sandbox(
             loop.run_until_complete(server.start())
         except BaseException as exc:
             failure.append(exc)
-            started.set()
             return
-        started.set()
+        finally:
+            started.set()
         try:
             loop.run_forever()
         finally:
             loop.run_until_complete(server.close())
 
-    thread = threading.Thread(target=run, name="sandbox-web", daemon=True)
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     started.wait()
     try:
         if failure:
             raise failure[0]
-        yield RunningSandbox(server)
+        yield server
     finally:
         if thread.is_alive():
             loop.call_soon_threadsafe(loop.stop)

@@ -19,15 +19,12 @@ Every request a host saw (resets included, status 0) lands in the server's reque
 
 from __future__ import annotations
 
-import asyncio
 import random
 import socket
 import struct
-import threading
 import time
 import zlib
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,41 +197,6 @@ class _FaultyResponder(Responder):
 
 def _is_page(request: Request) -> bool:
     return request.path.startswith("/p/")
-
-
-@contextmanager
-def serve_in_thread(server: SandboxServer) -> Iterator[SandboxServer]:
-    """Run ``server`` on its own event loop in a background thread until the block exits."""
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(server.start())
-        except BaseException as exc:
-            failure.append(exc)
-            return
-        finally:
-            started.set()
-        try:
-            loop.run_forever()
-        finally:
-            loop.run_until_complete(server.close())
-
-    thread = threading.Thread(target=run, name="faulty-sandbox", daemon=True)
-    thread.start()
-    started.wait()
-    try:
-        if failure:
-            raise failure[0]
-        yield server
-    finally:
-        if thread.is_alive():
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=30)
-        loop.close()
 
 
 LogRow = tuple[int, float, float, int, int, bool, int]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from sandbox.server import serve_in_thread
 from tasks.fetch import fetch_batch_sync
 from tests.reliability.load.cycle_run import fetch_cycle, loopback_settings, prepare_cycle
 from tests.reliability.load.faulty_sandbox import (
@@ -23,7 +24,6 @@ from tests.reliability.load.faulty_sandbox import (
     FaultyServer,
     load_web,
     retry_after_by_host,
-    serve_in_thread,
 )
 from tests.reliability.load.log_checks import PacingRules, check_politeness
 from tests.reliability.load.server_process import ServerProcess
