@@ -3,11 +3,8 @@ helpers to run a recrawl cycle over a hand-made plan without Prefect."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +17,7 @@ from tasks.cycle import commit_cycle, fixed_clock, run_host_batch, split_plan, w
 from tasks.cycle_content import ContentResult, ContentSettings, apply_cycle_content
 from tasks.discovery import DiscoverySettings
 from tasks.fetch_settings import FetchSettings
+from tests.http_fixture import Body, FixtureServer, serving
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 SETTINGS = FetchSettings(
@@ -37,19 +35,21 @@ SETTINGS = FetchSettings(
 CONTENT = ContentSettings(discovery=DiscoverySettings(bloom_expected=10_000))
 
 
-@dataclass
-class PageServer:
-    """Serves ``pages[path] = (headers, body)`` on 127.0.0.1 (404 otherwise)."""
+class PageServer(FixtureServer):
+    """Pages a test writes, served with 200 (404 otherwise)."""
 
-    pages: dict[str, tuple[dict[str, str], bytes]] = field(default_factory=dict)
-    base: str = ""
+    @property
+    def pages(self) -> dict[str, tuple[dict[str, str], Body]]:
+        """``path -> (headers, body)`` of the pages written so far."""
+        return {path: (headers, body) for path, (_, headers, body) in self.routes.items()}
 
     def url(self, path: str) -> str:
         return normalize(self.base + path)
 
     def html(self, path: str, body: str, *, head: str = "", **headers: str) -> None:
         text = f"<!doctype html><html><head><title>{path}</title>{head}</head><body>{body}"
-        self.pages[path] = (
+        self.routes[path] = (
+            200,
             {"Content-Type": "text/html; charset=utf-8", **headers},
             (text + "</body></html>").encode(),
         )
@@ -57,33 +57,8 @@ class PageServer:
 
 @pytest.fixture
 def page_server() -> Iterator[PageServer]:
-    state = PageServer()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            headers, body = state.pages.get(
-                self.path, ({"Content-Type": "text/plain"}, b"not found\n")
-            )
-            self.send_response(200 if self.path in state.pages else 404)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.base = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(PageServer()) as state:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def add_to_catalog(root: Path | str, urls: list[str], values: list[float] | None = None) -> None:
