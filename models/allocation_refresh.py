@@ -10,7 +10,7 @@ moments :class:`models.allocation_model.Model` is made of.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -223,15 +223,9 @@ def moments_of(
     out = np.zeros((MOMENTS, slots))
     held = np.flatnonzero(slot)
     if held.size:
-        s, cc = slot[held], c[held]
-        row = 0
-        for values, powers in ((f, 2), (d1, 3), (d2, 4), (kappa, 5)):
-            term = values[held]
-            for power in range(powers):
-                out[row] = bincount(s, term, slots)
-                row += 1
-                if power + 1 < powers:
-                    term = term * cc
+        s = slot[held]
+        for row, term in _series(c[held], f[held], d1[held], d2[held], kappa[held]):
+            out[row] = bincount(s, term, slots)
     weight = c.copy()
     for row, values in ((1, f), (4, d1), (8, d2), (13, kappa)):
         # einsum, not dot: BLAS would start threads of its own for every chunk
@@ -254,12 +248,21 @@ def sorted_moments(
     out = np.zeros((MOMENTS, slots))
     starts = np.concatenate([[0], np.flatnonzero(slot[1:] != slot[:-1]) + 1])
     which = slot[starts]
+    for row, term in _series(c, f, d1, d2, kappa):
+        np.add.at(out[row], which, np.add.reduceat(term, starts))
+    return out
+
+
+def _series(
+    c: FloatArray, f: FloatArray, d1: FloatArray, d2: FloatArray, kappa: FloatArray
+) -> Iterator[tuple[int, FloatArray]]:
+    """The ``MOMENTS`` per-page terms in row order: f {1, c}, f' {1, c, c^2}, f''/2
+    {1, ..., c^3}, kappa {1, ..., c^4} (each power one multiplication from the last)."""
     row = 0
     for values, powers in ((f, 2), (d1, 3), (d2, 4), (kappa, 5)):
         term = values
         for power in range(powers):
-            np.add.at(out[row], which, np.add.reduceat(term, starts))
+            yield row, term
             row += 1
             if power + 1 < powers:
                 term = term * c
-    return out
