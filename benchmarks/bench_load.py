@@ -14,7 +14,9 @@ and one fresh client process per run, each fetching a cycle through the cycle's 
 - ``healthy``: only the healthy hosts (the baseline);
 - ``failing``: every host, failing ones included (``--hosts`` x ``--pages`` pages);
 - ``small``: the first ``--small-hosts`` hosts, failing ones included (a quarter of the
-  pages by default), to show that peak memory does not grow with the cycle's size.
+  pages by default), to show that peak memory does not grow with the cycle's size;
+- ``failing-notail``: as ``failing`` with ``tail_host_share`` 0, so a batch keeps its
+  active place until its last host is done (the behaviour before ``tasks.batch_slots``).
 
 ``--layout spread`` puts failing hosts in every host batch (failures nobody predicted);
 ``grouped`` puts them last in the cycle's packing order, so they fill batches of their own
@@ -58,7 +60,7 @@ from tests.reliability.load.log_checks import (  # noqa: E402
 )
 from tests.reliability.load.server_process import ServerProcess  # noqa: E402
 
-RUNS = ("small", "healthy", "failing")
+RUNS = ("small", "healthy", "failing", "failing-notail")
 SEED = 8  # the fetch settings' seed (jitter, probes)
 
 
@@ -99,6 +101,9 @@ def client(job_path: Path) -> int:
                 "admission_rejections": sum(m["admission_rejections"] for m in metrics),
                 "retries": sum(m["retries"] for m in metrics),
                 "batch_seconds": sorted(m["elapsed_s"] for m in metrics),
+                "tail_seconds": sorted(
+                    m["tail_at_s"] for m in metrics if m.get("tail_at_s") is not None
+                ),
             }
         )
     )
@@ -108,10 +113,11 @@ def client(job_path: Path) -> int:
 # ---------------------------------------------------------------------- driver
 
 
-def fetch_settings(args: argparse.Namespace) -> dict[str, Any]:
+def fetch_settings(args: argparse.Namespace, *, tail: bool = True) -> dict[str, Any]:
     """The engine's settings scaled down ~20x (every other knob at its default)."""
     timeout = args.timeout
     return {
+        "tail_host_share": args.tail_share if tail else 0.0,
         "concurrency": args.concurrency,
         "min_delay_s": args.min_delay,
         "max_delay_s": timeout,
@@ -133,7 +139,7 @@ def run_once(
     urls = server.urls(hosts, args.pages)
     job = {
         "urls": urls,
-        "settings": fetch_settings(args),
+        "settings": fetch_settings(args, tail=not name.endswith("-notail")),
         "parallel": args.parallel,
         "max_urls": args.max_urls,
         "max_hosts": args.max_hosts,
@@ -180,12 +186,12 @@ def run_once(
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, wall: float) -> None:
     mb = 1024 * 1024
     print(
-        "\nrun      hosts  failing   pages  fetch s  healthy ok     healthy pages/s"
+        "\nrun              hosts  failing   pages  fetch s  healthy ok     healthy pages/s"
         "  RSS MB fetching  + commit"
     )
     for name, r in results.items():
         print(
-            f"{name:<8} {r['hosts']:5d}  {r['failing_hosts']:7d}  {r['pages']:6d}  "
+            f"{name:<16} {r['hosts']:5d}  {r['failing_hosts']:7d}  {r['pages']:6d}  "
             f"{r['fetch_s']:7.1f}  {r['healthy_pages']:6d}/{r['healthy_planned']:<6d}"
             f"  {r['healthy_pages_per_s']:11.0f}  {r['fetch_rss'] / mb:13.0f}"
             f"  {r['peak_rss'] / mb:8.0f}"
@@ -200,15 +206,19 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, wall: f
             f"admission rejections {r['admission_rejections']}; ru_maxrss "
             f"{r['maxrss'] / mb:.0f} MB; commit {r['commit_s']:.1f} s; "
             f"batches {r['batches']} (median {_median(r['batch_seconds']):.1f} s, "
-            f"max {max(r['batch_seconds'], default=0):.1f} s)"
+            f"max {max(r['batch_seconds'], default=0):.1f} s); "
+            f"{len(r['tail_seconds'])} reached their tail (median at "
+            f"{_median(r['tail_seconds']):.1f} s)"
         )
         if r["failures"]:
             print(f"  FAILED batches: {r['failures'][:3]}")
-    if "healthy" in results and "failing" in results:
-        ratio = (
-            results["failing"]["healthy_pages_per_s"] / results["healthy"]["healthy_pages_per_s"]
-        )
-        print(f"\nhealthy hosts' throughput with failing hosts present / without: {ratio:.2f}")
+    for run in ("failing", "failing-notail"):
+        if "healthy" in results and run in results:
+            ratio = results[run]["healthy_pages_per_s"] / results["healthy"]["healthy_pages_per_s"]
+            print(
+                f"\nhealthy hosts' throughput with failing hosts present ({run}) / without: "
+                f"{ratio:.2f}"
+            )
     if "small" in results and "failing" in results:
         small, big = results["small"], results["failing"]
         print(
@@ -223,7 +233,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, wall: f
         f"--small-hosts {args.small_hosts} --parallel {args.parallel} "
         f"--max-hosts {args.max_hosts} --max-urls {args.max_urls} --window {args.window} "
         f"--concurrency {args.concurrency} --delay-factor {args.delay_factor} "
-        f"--min-delay {args.min_delay} --timeout {args.timeout} "
+        f"--min-delay {args.min_delay} --timeout {args.timeout} --tail-share {args.tail_share} "
         f"--runs {','.join(results)}"
     )
 
@@ -248,7 +258,9 @@ def main() -> int:
         help="failing hosts in every batch (spread) or in batches of their own (grouped)",
     )
     parser.add_argument("--small-hosts", type=int, default=500, help="hosts of the small run")
-    parser.add_argument("--parallel", type=int, default=4, help="host batches at once")
+    parser.add_argument(
+        "--parallel", type=int, default=4, help="host batches fetching at full speed at once"
+    )
     parser.add_argument("--max-hosts", type=int, default=40, help="hosts per batch")
     parser.add_argument("--max-urls", type=int, default=2000, help="URLs per batch")
     parser.add_argument("--window", type=float, default=60.0, help="batch window, s (0: none)")
@@ -262,6 +274,12 @@ def main() -> int:
         "client's own scheduling lag on a loaded machine)",
     )
     parser.add_argument("--timeout", type=float, default=2.0, help="request timeout, s")
+    parser.add_argument(
+        "--tail-share",
+        type=float,
+        default=0.25,
+        help="FetchSettings.tail_host_share of the runs with a tail (0 turns it off)",
+    )
     parser.add_argument("--runs", default=",".join(RUNS))
     parser.add_argument("--client", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()

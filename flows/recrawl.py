@@ -50,6 +50,7 @@ from pydantic import ValidationError
 
 from flows.plan import CostModelName, next_cycle_id, plan_cycle_task
 from flows.run_context import in_run, run_logger
+from tasks.batch_slots import BATCH_THREADS
 from tasks.cycle import (
     BatchOutcome,
     BatchSpec,
@@ -85,9 +86,10 @@ from tasks.reports import (
 )
 from tasks.run_claims import claim_and_crash_dead_runs
 
-#: Host batches fetched at once by one flow run (threads; each batch fetches its hosts
-#: concurrently itself).
-PARALLEL_BATCHES = 4
+#: Host batches run at once by one flow run (threads; each batch fetches its hosts
+#: concurrently itself): ACTIVE_BATCHES of them at full speed, the others in their tail,
+#: waiting on a few slow or failing hosts (``tasks.batch_slots``).
+PARALLEL_BATCHES = BATCH_THREADS
 
 
 @task(name="split-plan", cache_policy=NO_CACHE)

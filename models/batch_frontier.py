@@ -471,6 +471,14 @@ class BatchFrontier:
     def idle(self) -> bool:
         return self.waiting == 0 and self.in_flight == 0
 
+    def hosts_with_work(self) -> int:
+        """Hosts with a URL waiting or a request in flight (a loop over lanes, not URLs)."""
+        return sum(
+            1
+            for lane in self.lanes.values()
+            if lane.pending or lane.delayed or lane.robots_job is not None or lane.state.in_flight
+        )
+
     def oldest_waiting_age(self, now: float) -> float:
         oldest = min(
             (

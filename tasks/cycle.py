@@ -64,6 +64,7 @@ from models.extract import DEFAULT_RULES, extract
 from models.extract_rules import ExtractionRules
 from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
 from models.urls import InvalidURLError, normalize, url_id
+from tasks.batch_slots import ActiveBatches, process_batches
 from tasks.catalog import CatalogStore
 from tasks.cycle_archive import CycleArchive, previous_captures, with_archived_files
 from tasks.cycle_content import PageCollector, write_batch_content
@@ -424,6 +425,7 @@ def run_host_batch(
     window_s: float | None = None,
     warc: bool | WarcSettings = True,
     links: bool = True,
+    places: ActiveBatches | None = None,
 ) -> BatchOutcome:
     """Fetch one host batch and stage its rows as the batch's part of the cycle.
 
@@ -439,6 +441,10 @@ def run_host_batch(
 
     ``links`` reads every answered page for its links and canonical link too and writes them
     under the cycle's ``content/`` (``tasks.cycle_content``) before the part.
+
+    Fetching waits for an active place (``places``, default the process's
+    ``tasks.batch_slots.process_batches()``) and gives it back when the batch reaches its
+    tail, so a few throttled or failing hosts do not hold up the batches behind it.
     """
     wall_start = time.time()
     folder = work_dir(root, cycle_id)
@@ -475,19 +481,22 @@ def run_host_batch(
             previous_captures=previous_captures(root, batch),
         )
     try:
-        result = run_coroutine(
-            fetch_batch(
-                requests,
-                cycle_id=int(cycle_id),
-                settings=settings,
-                state=state,
-                window_s=window_s,
-                clock=clock,
-                record_hasher=collector or hasher,
-                cost_hook=cost_hook_for(cost_model),
-                warc=writer,
+        with (places or process_batches()).hold() as give_back:
+            started = time.perf_counter()  # fetching, not waiting for a place
+            result = run_coroutine(
+                fetch_batch(
+                    requests,
+                    cycle_id=int(cycle_id),
+                    settings=settings,
+                    state=state,
+                    window_s=window_s,
+                    clock=clock,
+                    record_hasher=collector or hasher,
+                    cost_hook=cost_hook_for(cost_model),
+                    warc=writer,
+                    on_tail=give_back,
+                )
             )
-        )
         if writer is not None:
             published = writer.close()  # before the part: rows must only name published files
     except Exception as exc:

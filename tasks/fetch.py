@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -78,6 +79,7 @@ async def fetch_batch(
     record_hasher: RecordHasher = record_hash,
     cost_hook: CostHook = default_cost,
     warc: WarcWriter | None = None,
+    on_tail: Callable[[], None] | None = None,
 ) -> BatchResult:
     """Fetch a batch of URLs and return one history row per distinct URL plus metrics.
 
@@ -87,6 +89,9 @@ async def fetch_batch(
     ``record_hasher(body, content_type, final_url)`` gives an ``ok`` body's record hash (or a
     ``RecordDigest`` with its simhash too). ``warc``: archive every answered exchange there
     (None: nothing is archived; the caller closes the writer before committing the rows).
+    ``on_tail()`` is called once when the batch reaches its tail: at most
+    ``settings.tail_host_share`` of its hosts (at least one) still have work, so what is left
+    waits on a few throttled, failing or slow hosts (the caller can start another batch).
     """
     settings = settings or FetchSettings()
     if state is None:
@@ -95,7 +100,7 @@ async def fetch_batch(
         state.settings = settings
     if window_s is not None and window_s <= 0:
         raise ValueError(f"window_s must be > 0 seconds, got {window_s}")
-    batch = _Batch(settings, state, clock or _utc_now, record_hasher, cost_hook, warc)
+    batch = _Batch(settings, state, clock or _utc_now, record_hasher, cost_hook, warc, on_tail)
     async with make_client(settings) as client:
         return await batch.run(client, requests, cycle_id, window_s)
 
@@ -120,6 +125,7 @@ class _Batch:
         hasher: RecordHasher,
         cost_hook: CostHook,
         warc: WarcWriter | None = None,
+        on_tail: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.state = state
@@ -159,6 +165,9 @@ class _Batch:
         self.max_oldest_age = 0.0
         self.next_shed = self.next_age = 0.0
         self.stopped = False
+        self.on_tail = on_tail
+        self.tail_at: float | None = None  # seconds into the batch when its tail began
+        self.next_tail = 0.0
         self.host_base: dict[str, tuple[int, int]] = {}  # requests, throttles before the batch
 
     # ------------------------------------------------------------------ setup
@@ -173,7 +182,7 @@ class _Batch:
         loop = asyncio.get_running_loop()
         self.loop = loop
         self.client = client
-        begin = loop.time()
+        begin = self.begin = loop.time()
         settings = self.settings
         self.frontier = BatchFrontier(
             pacing=settings.pacing_policy,
@@ -301,6 +310,20 @@ class _Batch:
         if now >= self.next_age and frontier.waiting:
             self.next_age = now + _AGE_INTERVAL_S
             self.max_oldest_age = max(self.max_oldest_age, frontier.oldest_waiting_age(now))
+        if self.tail_at is None and now >= self.next_tail:
+            self.next_tail = now + _SHED_INTERVAL_S
+            self._check_tail(now)
+
+    def _check_tail(self, now: float) -> None:
+        """Call ``on_tail`` once few of the batch's hosts still have work (see fetch_batch)."""
+        share = self.settings.tail_host_share
+        hosts = len(self.frontier.lanes)
+        if share <= 0 or hosts < 2:
+            return
+        if self.frontier.hosts_with_work() <= max(1, math.floor(share * hosts)):
+            self.tail_at = now - self.begin
+            if self.on_tail is not None:
+                self.on_tail()
 
     def _allowed_now(self, item: WorkItem, now: float) -> bool:
         """Check robots.txt at dispatch; a denied or not-yet-known page gives its slot back."""
@@ -637,6 +660,7 @@ class _Batch:
             plan_limit=None if gate is None else gate.limit.limit,
             plan_stopped=self.stopped,
             hosts=hosts,
+            tail_at_s=self.tail_at,
         )
 
 

@@ -46,6 +46,7 @@ class BatchMetrics:
     plan_stopped: bool  # 509: credits exhausted, the batch stopped
     hosts: dict[str, HostPressure] = field(default_factory=dict)
     refused: int = 0  # URLs the address policy refused (models.net_policy): never requested
+    tail_at_s: float | None = None  # when few hosts were left (``FetchSettings.tail_host_share``)
 
     @property
     def pages_per_s(self) -> float:

@@ -122,6 +122,11 @@ class FetchSettings(BaseSettings):
     # Admission: URLs one host lane may hold, URLs one batch may hold.
     max_host_queue: Annotated[int, Field(ge=1)] = 100_000
     max_batch_urls: Annotated[int, Field(ge=1)] = 1_000_000
+    # Tail: once at most this share of a batch's hosts (at least one; batches of two hosts
+    # or more) still has work, the batch is in its tail (throttled, failing or slow hosts
+    # it waits on) and gives its active place back (``tasks.cycle.ActiveBatches``), so
+    # another batch starts fetching from healthy hosts. 0 turns it off.
+    tail_host_share: Annotated[float, Field(ge=0, lt=1)] = 0.25
     seed: int | None = None  # jitter and probe sampling; None = fresh randomness
 
     @field_validator("allowed_networks", mode="before")

@@ -1,11 +1,13 @@
 """A recrawl cycle's fetch without Prefect: catalog, plan, split, host batches, commit.
 
 The same calls the ``recrawl`` flow makes (``tasks.cycle.split_plan``, ``run_host_batch``
-per batch, ``commit_cycle``), with the flow's thread pool of ``parallel`` batches replaced by
-a plain ``ThreadPoolExecutor`` so a load run measures the engine and the cycle's batching,
-not Prefect's task bookkeeping. Each batch holds at most ``max_urls`` URLs of at most
-``max_hosts`` hosts, so what a cycle keeps in memory at once is bounded by
-``parallel x max_urls`` whatever its size; ``RssSampler`` shows whether it is.
+per batch, ``commit_cycle``), with the flow's thread pool replaced by a plain
+``ThreadPoolExecutor`` so a load run measures the engine and the cycle's batching, not
+Prefect's task bookkeeping. As in the flow, ``parallel`` batches fetch at full speed
+(``tasks.batch_slots.ActiveBatches``) and as many again twice over may run in their tail.
+Each batch holds at most ``max_urls`` URLs of at most ``max_hosts`` hosts, so what a cycle
+keeps in memory at once is bounded by threads x ``max_urls`` whatever its size;
+``RssSampler`` shows whether it is.
 
 Record hashes are BLAKE2b of the raw body (``tasks.fetch_rows.record_hash``, the engine's
 default) rather than the cycle's extraction, which would make the run measure HTML parsing.
@@ -29,6 +31,7 @@ import pyarrow.parquet as pq
 
 from models.urls import normalize, url_id
 from sandbox import SANDBOX_NETWORKS
+from tasks.batch_slots import ACTIVE_BATCHES, BATCH_THREADS, ActiveBatches
 from tasks.catalog import CatalogStore
 from tasks.cycle import (
     BatchSpec,
@@ -94,7 +97,9 @@ def fetch_cycle(
     clock = fixed_clock(CYCLE_AT)
     with RssSampler() as rss:
         started = time.monotonic()
-        with ThreadPoolExecutor(parallel, thread_name_prefix="batch") as pool:
+        places = ActiveBatches(parallel)
+        threads = parallel * BATCH_THREADS // ACTIVE_BATCHES
+        with ThreadPoolExecutor(threads, thread_name_prefix="batch") as pool:
             futures = [
                 pool.submit(
                     run_host_batch,
@@ -106,6 +111,7 @@ def fetch_cycle(
                     record_hasher=record_hash,
                     window_s=window_s,
                     warc=False,
+                    places=places,
                 )
                 for spec in specs
             ]
