@@ -15,6 +15,9 @@ and one fresh client process per run, each fetching a cycle through the cycle's 
 - ``failing``: every host, failing ones included (``--hosts`` x ``--pages`` pages);
 - ``small``: the first ``--small-hosts`` hosts, failing ones included (a quarter of the
   pages by default), to show that peak memory does not grow with the cycle's size;
+- ``failing-next``: the next cycle on ``failing``'s data root (its history), in a fresh
+  process: the split now knows which hosts struggled (``tasks.host_record``) and packs them
+  into batches of their own, after the others;
 - ``failing-notail``: as ``failing`` with ``tail_host_share`` 0, so a batch keeps its
   active place until its last host is done (the behaviour before ``tasks.batch_slots``).
 
@@ -60,7 +63,7 @@ from tests.reliability.load.log_checks import (  # noqa: E402
 )
 from tests.reliability.load.server_process import ServerProcess  # noqa: E402
 
-RUNS = ("small", "healthy", "failing", "failing-notail")
+RUNS = ("small", "healthy", "failing", "failing-next", "failing-notail")
 SEED = 8  # the fetch settings' seed (jitter, probes)
 
 
@@ -74,14 +77,19 @@ def client(job_path: Path) -> int:
     job = json.loads(job_path.read_text())
     urls = job["urls"]
     settings = loopback_settings(**job["settings"])
-    root = Path(tempfile.mkdtemp(prefix="bench-load-root-"))
-    specs = prepare_cycle(root, urls, max_urls=job["max_urls"], max_hosts=job["max_hosts"])
+    keep = job.get("root") is not None  # a later run continues on this root's history
+    root = Path(job["root"]) if keep else Path(tempfile.mkdtemp(prefix="bench-load-root-"))
+    cycle = job.get("cycle", 0)
+    specs = prepare_cycle(
+        root, urls, cycle=cycle, max_urls=job["max_urls"], max_hosts=job["max_hosts"]
+    )
     try:
         result = fetch_cycle(
-            root, specs, settings, parallel=job["parallel"], window_s=job["window"]
+            root, specs, settings, cycle=cycle, parallel=job["parallel"], window_s=job["window"]
         )
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
     metrics = result.batch_metrics
     print(
         json.dumps(
@@ -137,7 +145,10 @@ def run_once(
     name: str, hosts: list[int], server: ServerProcess, args: argparse.Namespace
 ) -> dict[str, Any]:
     urls = server.urls(hosts, args.pages)
+    root = server.workdir / "root-failing"  # the failing run's history, for failing-next
     job = {
+        "root": str(root) if name in ("failing", "failing-next") else None,
+        "cycle": 1 if name == "failing-next" else 0,
         "urls": urls,
         "settings": fetch_settings(args, tail=not name.endswith("-notail")),
         "parallel": args.parallel,
@@ -212,7 +223,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, wall: f
         )
         if r["failures"]:
             print(f"  FAILED batches: {r['failures'][:3]}")
-    for run in ("failing", "failing-notail"):
+    for run in ("failing", "failing-next", "failing-notail"):
         if "healthy" in results and run in results:
             ratio = results[run]["healthy_pages_per_s"] / results["healthy"]["healthy_pages_per_s"]
             print(
@@ -291,6 +302,8 @@ def main() -> int:
     unknown = sorted(set(runs) - set(RUNS))
     if unknown:
         parser.error(f"unknown run(s): {', '.join(unknown)}; choose from {', '.join(RUNS)}")
+    if "failing-next" in runs and "failing" not in runs[: runs.index("failing-next")]:
+        parser.error("run failing-next continues the failing run's history: list failing first")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the server on the way out
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:

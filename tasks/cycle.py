@@ -79,6 +79,7 @@ from tasks.history import (
     connect,
     write_error,
 )
+from tasks.host_record import troubled_hosts
 from tasks.warc import WarcSettings, WarcWriter
 
 log = logging.getLogger(__name__)
@@ -231,6 +232,7 @@ def split_plan(
     max_urls: int = 2_000,
     max_hosts: int = 40,
     host_shards: int = 0,
+    pack_troubled: bool = True,
 ) -> list[BatchSpec]:
     """Split a plan Parquet into host batches under the cycle's work folder.
 
@@ -241,6 +243,10 @@ def split_plan(
     fetcher can send a conditional request, and the ``warc_file``/``warc_offset`` of the
     page's last capture, so an unchanged payload becomes a revisit record. Any earlier split
     of the cycle is replaced.
+
+    ``pack_troubled``: hosts with a poor record in recent cycles (``tasks.host_record``:
+    throttled, timed out, failed, retried or shed) are packed into batches of their own,
+    after every other batch, so they do not hold up the healthy hosts' batches.
 
     ``host_shards > 0`` (shard mode): every host belongs to shard ``hash(host) % host_shards``
     and a batch holds hosts of one shard only, so one tag ``hostshard:<k>`` per batch keeps
@@ -274,17 +280,26 @@ def split_plan(
             planned - requests.num_rows,
         )
 
+    troubled = (
+        troubled_hosts(con, requests, cycle_id)
+        if pack_troubled
+        else pa.array(np.zeros(requests.num_rows, dtype=bool))
+    )
+    requests = _ordered(requests.append_column("troubled", troubled), host_shards)
+    groups = requests["troubled"].to_numpy(zero_copy_only=False).astype(np.int64)
+    shards = None
+    if host_shards:
+        shards = requests["shard"].to_numpy()
+        groups = groups + 2 * shards  # a batch holds hosts of one shard and one kind
+        max_hosts = requests.num_rows + 1  # one tag per batch: no host cap
+    troubled_count = len(pc.unique(pc.filter(requests["host"], requests["troubled"])))
+    requests = requests.drop_columns(["troubled", *(["shard"] if host_shards else [])])
+
     folder = work_dir(root, cycle_id)
     discard_work(root, cycle_id)
     (folder / "batches").mkdir(parents=True)
-    shards = None
-    if host_shards:
-        requests = _with_shards(requests, host_shards)
-        shards = requests["shard"].to_numpy()
-        requests = requests.drop_columns(["shard"])
-        max_hosts = requests.num_rows + 1  # one tag per batch: no host cap
     hosts = requests["host"].to_numpy(zero_copy_only=False)
-    assignments = _assign_batches(hosts, max_urls, max_hosts, shards)
+    assignments = _assign_batches(hosts, max_urls, max_hosts, groups)
     specs = []
     for number, (start, stop, after) in enumerate(assignments):
         name = f"batch-{number:05d}"
@@ -299,7 +314,13 @@ def split_plan(
         folder / INDEX,
         {"cycle_id": int(cycle_id), "plan": str(plan_path), "batches": [asdict(s) for s in specs]},
     )
-    log.info("cycle %s: %d pages in %d host batches", cycle_id, requests.num_rows, len(specs))
+    log.info(
+        "cycle %s: %d pages in %d host batches (%d hosts with a poor record packed last)",
+        cycle_id,
+        requests.num_rows,
+        len(specs),
+        troubled_count,
+    )
     return specs
 
 
@@ -309,19 +330,22 @@ def host_shard(host: str, shards: int) -> int:
     return int.from_bytes(digest, "big") % shards
 
 
-def _with_shards(requests: pa.Table, shards: int) -> pa.Table:
-    """Add each row's host shard and sort by shard, host, priority (a loop over hosts only)."""
-    names = pc.unique(requests["host"]).to_pylist()
-    lookup = pa.array([host_shard(h, shards) for h in names], pa.int64())
-    shard = pc.take(lookup, pc.index_in(requests["host"], pa.array(names, pa.string())))
-    return requests.append_column("shard", shard).sort_by(
-        [
-            ("shard", "ascending"),
-            ("host", "ascending"),
-            ("priority", "descending"),
-            ("url_id", "ascending"),
-        ]
-    )
+def _ordered(requests: pa.Table, shards: int) -> pa.Table:
+    """Rows in packing order: by shard (with ``shards``: a ``shard`` column is added, a loop
+    over hosts only), troubled hosts after the others, then host, priority, url_id."""
+    keys = [
+        ("troubled", "ascending"),
+        ("host", "ascending"),
+        ("priority", "descending"),
+        ("url_id", "ascending"),
+    ]
+    if shards:
+        names = pc.unique(requests["host"]).to_pylist()
+        lookup = pa.array([host_shard(h, shards) for h in names], pa.int64())
+        shard = pc.take(lookup, pc.index_in(requests["host"], pa.array(names, pa.string())))
+        requests = requests.append_column("shard", shard)
+        keys.insert(0, ("shard", "ascending"))
+    return requests.sort_by(keys)
 
 
 def _assign_batches(

@@ -98,3 +98,53 @@ def test_shard_mode_keeps_each_host_in_one_shard_with_one_tag_per_batch(tmp_path
             assert seen.setdefault(host, spec.shard) == spec.shard
     assert sum(s.urls for s in specs) == len(ids)
     assert len(specs) == len({s.shard for s in specs})  # small shards: one batch each
+
+
+def _root_with_a_struggling_host(tmp_path, outcomes_by_cycle):
+    """Hosts h0, h1, h2 with 4 planned pages each; ``outcomes_by_cycle[c]`` = h1's outcomes
+    in cycle c (h0 and h2 answered ``ok`` every time)."""
+    urls = [f"http://h{i % 3}.example:8080/p/{i}" for i in range(12)]
+    hosts = [u.split("/")[2] for u in urls]
+    CatalogStore(tmp_path).upsert(pd.DataFrame({"url": urls, "host": hosts}))
+    ids = [url_id(normalize(u)) for u in urls]
+    store = HistoryStore(tmp_path)
+    for cycle, h1_outcomes in enumerate(outcomes_by_cycle):
+        at = pd.Timestamp(datetime(2026, 1, 1 + cycle, tzinfo=UTC))
+        rows = []
+        for i, (uid, host) in enumerate(zip(ids, hosts, strict=True)):
+            for repeat in range(3):  # 12 rows per host and cycle
+                outcome = h1_outcomes[(i // 3 + repeat) % len(h1_outcomes)]
+                rows.append(
+                    {
+                        "url_id": uid,
+                        "host": host,
+                        "fetched_at": at + pd.Timedelta(minutes=repeat),
+                        "outcome": outcome if host.startswith("h1.") else "ok",
+                    }
+                )
+        store.write_cycle(cycle, pd.DataFrame(rows))
+    plan = pd.DataFrame({"url_id": ids, "host": hosts, "score": 1.0, "reason": "due"})
+    plan_path = tmp_path / "plan.parquet"
+    plan.to_parquet(plan_path)
+    return plan_path
+
+
+def _batch_hosts(specs):
+    return [sorted(h.split(".")[0] for h in s.hosts) for s in specs]
+
+
+def test_hosts_with_a_poor_record_get_batches_of_their_own_after_the_others(tmp_path):
+    plan_path = _root_with_a_struggling_host(tmp_path, [["timeout", "throttled", "ok"]])
+    specs = split_plan(tmp_path, 1, plan_path, max_urls=100, max_hosts=2)
+    assert _batch_hosts(specs) == [["h0", "h2"], ["h1"]]
+    unpacked = split_plan(tmp_path, 1, plan_path, max_urls=100, max_hosts=2, pack_troubled=False)
+    assert _batch_hosts(unpacked) == [["h0", "h1"], ["h2"]]
+
+
+def test_a_host_that_recovered_or_shed_once_is_not_troubled(tmp_path):
+    # Struggled four cycles ago (older than the record), fine in the last three.
+    plan_path = _root_with_a_struggling_host(
+        tmp_path, [["timeout"], ["ok"], ["ok"], ["ok", "ok", "ok", "shed"]]
+    )
+    specs = split_plan(tmp_path, 4, plan_path, max_urls=100, max_hosts=2)
+    assert _batch_hosts(specs) == [["h0", "h1"], ["h2"]]

@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -94,7 +94,7 @@ def fetch_cycle(
     commit: bool = True,
 ) -> CycleFetch:
     """Fetch every batch (``parallel`` at a time), then commit the cycle."""
-    clock = fixed_clock(CYCLE_AT)
+    clock = fixed_clock(CYCLE_AT + timedelta(days=cycle))  # one cycle a day
     with RssSampler() as rss:
         started = time.monotonic()
         places = ActiveBatches(parallel)
