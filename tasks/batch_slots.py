@@ -21,8 +21,10 @@ from contextlib import contextmanager
 
 #: Batches fetching at full speed at once in one process (the flow's old thread pool size).
 ACTIVE_BATCHES = 4
-#: Threads that run batches: active ones plus batches in their tail.
-BATCH_THREADS = 3 * ACTIVE_BATCHES
+#: Threads that run batches: active ones plus batches in their tail. A batch's tail lasts
+#: at most its window; with a failing host in every batch the tail is ~5x the active part
+#: (BENCHMARKS.md, "Load": 12 threads kept 0.49x of the healthy hosts' throughput, 24 all).
+BATCH_THREADS = 6 * ACTIVE_BATCHES
 
 
 class ActiveBatches:

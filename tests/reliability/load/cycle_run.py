@@ -4,7 +4,7 @@ The same calls the ``recrawl`` flow makes (``tasks.cycle.split_plan``, ``run_hos
 per batch, ``commit_cycle``), with the flow's thread pool replaced by a plain
 ``ThreadPoolExecutor`` so a load run measures the engine and the cycle's batching, not
 Prefect's task bookkeeping. As in the flow, ``parallel`` batches fetch at full speed
-(``tasks.batch_slots.ActiveBatches``) and as many again twice over may run in their tail.
+(``tasks.batch_slots.ActiveBatches``) and up to five times as many more in their tail.
 Each batch holds at most ``max_urls`` URLs of at most ``max_hosts`` hosts, so what a cycle
 keeps in memory at once is bounded by threads x ``max_urls`` whatever its size;
 ``RssSampler`` shows whether it is.
