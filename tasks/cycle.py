@@ -54,6 +54,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -268,11 +269,16 @@ def split_plan(
     if not catalog.path.exists():
         raise CycleInputError(f"no page catalog under {root}: the plan's pages have no URLs")
     con = connect()
-    con.register("plan", con.read_parquet(str(plan_path)))
+    try:
+        con.register("plan", con.read_parquet(str(plan_path)))
+        planned = con.sql("SELECT count(*) FROM plan").fetchall()[0][0]
+    except duckdb.Error as exc:
+        raise CycleInputError(
+            f"the plan {plan_path} is not a readable Parquet file ({exc}); plan the cycle again"
+        ) from exc
     con.register("catalog", catalog.relation(con))
     con.register("history", HistoryStore(root).relation(con))
     requests = con.sql(_REQUESTS_SQL, params={"cycle": int(cycle_id)}).to_arrow_table()
-    planned = con.sql("SELECT count(*) FROM plan").fetchall()[0][0]
     if requests.num_rows < planned:
         log.warning(
             "cycle %s: %d planned pages are not in the catalog and are skipped",

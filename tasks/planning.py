@@ -174,7 +174,14 @@ def plan_cycle(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     frame.to_parquet(tmp, index=False)
+    with open(tmp, "rb") as handle:  # durable before it is named: a crash leaves old or new
+        os.fsync(handle.fileno())
     tmp.replace(path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
     summary = plan.summary()
     summary["allocated_expected_freshness"] = allocation.expected_freshness
     return PlanResult(path, summary, model.name)

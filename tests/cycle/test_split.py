@@ -148,3 +148,13 @@ def test_a_host_that_recovered_or_shed_once_is_not_troubled(tmp_path):
     )
     specs = split_plan(tmp_path, 4, plan_path, max_urls=100, max_hosts=2)
     assert _batch_hosts(specs) == [["h0", "h1"], ["h2"]]
+
+
+def test_a_truncated_plan_is_named_and_no_earlier_split_is_lost(tmp_path):
+    _, plan_path = _root_with_history(tmp_path)
+    specs = split_plan(tmp_path, 1, plan_path, max_urls=3, max_hosts=1)
+    data = plan_path.read_bytes()
+    plan_path.write_bytes(data[: len(data) // 2])  # a plan cut short (disk full, crash)
+    with pytest.raises(CycleInputError, match="not a readable Parquet file"):
+        split_plan(tmp_path, 1, plan_path)
+    assert read_batches(tmp_path, 1) == specs  # the earlier split is still there
