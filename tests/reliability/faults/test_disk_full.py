@@ -23,14 +23,13 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pytest
 
 from models.urls import normalize, url_id
 from sandbox import HostBehaviour, SandboxWeb, SimClock, serve_sandbox
 from tasks.catalog import CatalogStore
-from tasks.cycle import commit_cycle, split_plan, work_dir, write_failed_part
+from tasks.cycle import CycleInputError, commit_cycle, split_plan, work_dir, write_failed_part
 from tasks.history import HistoryCorruptError, HistoryStore, HistoryWriteError
 from tests.flows.conftest import import_catalog
 from tests.reliability.faults.disk_worker import PAGES, POINTS, synthetic_rows
@@ -253,6 +252,6 @@ def test_a_truncated_staged_part_or_plan_is_refused_naming_it(tmp_path):
     plan = tmp_path / "plans" / "cycle=3.parquet"
     plan.write_bytes((tmp_path / "plans" / "cycle=2.parquet").read_bytes())
     _truncate(plan)
-    with pytest.raises(duckdb.Error) as raised:  # not a history file: DuckDB's own error
+    with pytest.raises(CycleInputError, match="not a readable Parquet file") as raised:
         split_plan(tmp_path, 3, plan)
     assert str(plan) in str(raised.value)
