@@ -649,13 +649,15 @@ def commit_cycle(
                 root, cycle_id, spec.name, "batch produced no result (not run)", clock=clock
             )
     parts = [str(folder / "parts" / f"{spec.name}.parquet") for spec in specs]
-    rows = (
-        pa.concat_tables([read_part(p) for p in parts]) if parts else HISTORY_SCHEMA.empty_table()
-    )
-    store = HistoryStore(root)
-    archive = CycleArchive(root, int(cycle_id), parts, rows)
-    orphans = archive.remove_orphans()
-    result: CommitResult = store.write_cycle(int(cycle_id), rows)
+    # One part in memory at a time: each is validated and staged on its own, and the
+    # commit streams the staged files (memory does not grow with the cycle's rows).
+    with HistoryStore(root).cycle_writer(int(cycle_id)) as writer:
+        for part in parts:
+            writer.write_part(read_part(part))
+        archive = CycleArchive(root, int(cycle_id), parts)
+        orphans = archive.remove_orphans()
+    assert writer.result is not None
+    result: CommitResult = writer.result
     orphans += archive.remove_replaced()
     log.info(
         "cycle %s committed: %d rows, %d observations, %d batches (%d never ran)",

@@ -55,14 +55,13 @@ def with_archived_files(rows: pa.Table, published: list[str]) -> pa.Table:
 class CycleArchive:
     """Which WARC files of a cycle stay at commit (see the module docstring)."""
 
-    def __init__(self, root: str | Path, cycle_id: int, parts: list[str], rows: pa.Table) -> None:
+    def __init__(self, root: str | Path, cycle_id: int, parts: list[str]) -> None:
+        """Read what the parts name, one part at a time (only their ``warc_file`` column)."""
         self.root = root
         self.cycle_id = int(cycle_id)
-        self.keep = set(pc.unique(rows["warc_file"].drop_null()).to_pylist())
+        self.keep: set[str] = set()
         for part in parts:
-            listed = (pq.read_schema(part).metadata or {}).get(WARC_FILES_KEY)
-            if listed:
-                self.keep.update(json.loads(listed))
+            self.keep.update(_named_files(part))
         self.replaced = _published_files(HistoryStore(root), self.cycle_id) - self.keep
 
     def remove_orphans(self) -> list[str]:
@@ -82,6 +81,19 @@ class CycleArchive:
                 len(removed),
             )
         return removed
+
+
+def _named_files(part: str) -> set[str]:
+    """The WARC files a part names: in its rows and in the list of its batch run."""
+    schema = pq.read_schema(part)
+    named: set[str] = set()
+    if "warc_file" in schema.names:
+        column = pq.read_table(part, columns=["warc_file"])["warc_file"]
+        named.update(pc.unique(column.drop_null()).to_pylist())
+    listed = (schema.metadata or {}).get(WARC_FILES_KEY)
+    if listed:
+        named.update(json.loads(listed))
+    return named
 
 
 def _published_files(store: HistoryStore, cycle_id: int) -> set[str]:

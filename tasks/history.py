@@ -19,6 +19,12 @@ filled (304 is unchanged; otherwise the fetcher's flag, else record hashes compa
 ``interval_days`` is the time since that previous observation. The per-page statistics
 are then updated by adding the cycle's sums, so estimation reads one row per page
 however long the history grows (``rebuild_stats`` recomputes them from scratch).
+
+A commit's memory does not grow with the cycle (issue 8): the staged parts are read a
+record batch at a time, deduplication and linking run on their keys
+(``tasks.history_link``), the cycle's file is written a row group at a time, and the
+statistics are aggregated from that file, on a DuckDB connection with a memory limit
+(``COMMIT_MEMORY_LIMIT``) that spills into the staging folder.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,15 +53,31 @@ import pyarrow.parquet as pq
 from models.schemas import (
     HISTORY_REQUIRED,
     HISTORY_SCHEMA,
-    OBSERVATION_OUTCOMES,
     OUTCOMES,
     PAGE_STATS_SCHEMA,
 )
+from tasks.history_link import LinkCounts, link_staged, linked_in_staged_order, merge_rows
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "_manifest.json"
 STAGING_MAX_AGE_S = 6 * 3600
+#: DuckDB's memory limit for a commit's queries; beyond it their sorts, joins and
+#: aggregates spill to the staging folder, so a commit's memory does not grow with the
+#: cycle's rows. Not much lower: scanning a file written with row groups of 2**20 rows (as
+#: the store wrote them before issue 8) failed at 64 MB.
+COMMIT_MEMORY_LIMIT = "128MB"
+#: DuckDB threads of a commit: every thread reserves memory of its own in each sort,
+#: join and aggregate, so one thread keeps the limit above workable when it is small
+#: (with two, 128 MB failed now and then on 800,000 rows; with one, 64 MB did not).
+COMMIT_THREADS = 1
+#: Rows a sort of the commit takes at once: larger cycles are linked in buckets of pages
+#: (and put back in staged order in ranges) of about this many rows, since the memory a
+#: DuckDB sort needs grows with its input (1.6 million narrow rows took 64 MB, 6.4 million
+#: failed).
+COMMIT_BUCKET_ROWS = 500_000
+#: Rows per record batch streamed from the commit's query into a Parquet file (a row group).
+COMMIT_BATCH_ROWS = 65_536
 
 
 def connect() -> duckdb.DuckDBPyConnection:
@@ -158,6 +180,11 @@ class HistoryStore:
             return self._checked(lambda: pq.read_table(path, schema=PAGE_STATS_SCHEMA), [path])
         return self._aggregate_all()
 
+    def stats_files(self) -> list[str]:
+        """The published statistics file, if any (absolute path)."""
+        entry = self.manifest().get("stats")
+        return [str(self.dir / entry["file"])] if entry else []
+
     def page_stats_relation(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
         """The per-page statistics as a DuckDB relation (read in place, no copy)."""
         entry = self.manifest().get("stats")
@@ -179,12 +206,16 @@ class HistoryStore:
     # ------------------------------------------------------------------ writing
 
     @contextlib.contextmanager
-    def cycle_writer(self, cycle_id: int, *, link: bool = True) -> Iterator[CycleWriter]:
+    def cycle_writer(
+        self, cycle_id: int, *, link: bool = True, memory_limit: str | None = None
+    ) -> Iterator[CycleWriter]:
         """Stage parts of one cycle; they are published together when the block exits.
 
         If the block raises, nothing is published and the staged parts are removed.
+        ``memory_limit`` (DuckDB's, e.g. ``"256MB"``; default ``COMMIT_MEMORY_LIMIT``) bounds
+        the commit's queries: beyond it their sorts and joins spill to the staging folder.
         """
-        writer = CycleWriter(self, int(cycle_id), link=link)
+        writer = CycleWriter(self, int(cycle_id), link=link, memory_limit=memory_limit)
         try:
             yield writer
             writer.commit()
@@ -298,12 +329,16 @@ class HistoryStore:
 class CycleWriter:
     """Stages the parts of one cycle and commits them (see ``HistoryStore.cycle_writer``)."""
 
-    def __init__(self, store: HistoryStore, cycle_id: int, *, link: bool) -> None:
+    def __init__(
+        self, store: HistoryStore, cycle_id: int, *, link: bool, memory_limit: str | None = None
+    ) -> None:
         self.store = store
         self.cycle_id = cycle_id
         self.link = link
+        self.memory_limit = memory_limit or COMMIT_MEMORY_LIMIT
         self.staging = store.dir / "_staging" / uuid.uuid4().hex
         self.parts: list[Path] = []
+        self.part_rows: list[int] = []
         self.result: CommitResult | None = None
 
     def write_part(self, rows: pa.Table | pd.DataFrame) -> Path:
@@ -315,20 +350,22 @@ class CycleWriter:
         except OSError as exc:
             raise write_error(f"staged part of cycle {self.cycle_id}", path, exc) from exc
         self.parts.append(path)
+        self.part_rows.append(table.num_rows)
         return path
 
     def abort(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
 
-    def _write(self, table: pa.Table, path: Path, what: str, written: list[Path]) -> None:
-        """Write one file of the commit; if that fails, remove the commit's files and say why."""
-        try:
-            _write_parquet(table, path)
-        except OSError as exc:
-            _remove(written)
-            raise write_error(f"{what} of cycle {self.cycle_id}", path, exc) from exc
-
     def commit(self) -> CommitResult:
+        """Publish the staged parts as the cycle, reading them in record batches.
+
+        Deduplication and linking run on the staged rows' keys (``tasks.history_link``),
+        the kept rows stream into the cycle's Parquet file a row group at a time, and the
+        statistics are then aggregated from that file, on a DuckDB connection with a memory
+        limit that spills under the staging folder. Memory depends on the batch and bucket
+        sizes and the limit, not on the cycle's rows. Anything that fails removes what the
+        commit wrote.
+        """
         store = self.store
         with store._lock():
             manifest = store.manifest()
@@ -341,67 +378,122 @@ class CycleWriter:
                     "rewriting it would break the links of the cycles after it"
                 )
             replaced = str(self.cycle_id) in manifest["cycles"]
+            old_entry = manifest["cycles"].get(str(self.cycle_id))
             prior_files = store.files([c for c in published if c != self.cycle_id])
-            con = connect()
-            parts = [str(p) for p in self.parts]
-            if parts:
-                staged = con.read_parquet(parts, union_by_name=True)
-            else:
-                staged = con.from_arrow(HISTORY_SCHEMA.empty_table())
-            table = _deduplicate(con, staged)
-            if self.link:
-                table = store._checked(lambda: _link(con, table, prior_files), prior_files)
-            table = _conform(table)
-
             version = f"cycle={self.cycle_id}/v-{uuid.uuid4().hex}"
-            written: list[Path] = [store.dir / version]  # removed if the commit cannot finish
-            self._write(table, store.dir / version / "part-0.parquet", "data file", written)
-            con.register("cycle_rows", table)
-            delta = _aggregate_stats(con, con.table("cycle_rows"))
-            retire = []
-            if replaced:
-                old_entry = manifest["cycles"][str(self.cycle_id)]
-                old_files = [str(store.dir / old_entry["dir"] / f) for f in old_entry["files"]]
-                old_rel = store._checked(
-                    lambda: con.read_parquet(old_files, union_by_name=True), old_files
-                )
-                old = _aggregate_stats(con, old_rel)
-                delta = _subtract_stats(con, delta, old)
-                retire.append(old_entry["dir"])
-            stats = _add_stats(con, store.page_stats(), delta)
+            data_path = store.dir / version / "part-0.parquet"
             stats_rel = f"_stats/v-{uuid.uuid4().hex}.parquet"
-            written.append(store.dir / stats_rel)
-            self._write(stats.cast(PAGE_STATS_SCHEMA), store.dir / stats_rel, "statistics", written)
-            manifest["stats"] = {"file": stats_rel, "pages": stats.num_rows}
+            old_files = (
+                [str(store.dir / old_entry["dir"] / f) for f in old_entry["files"]]
+                if old_entry
+                else []
+            )
+            written: list[Path] = [store.dir / version]  # removed if the commit cannot finish
+            try:
+                with commit_connection(self.staging / "spill", self.memory_limit) as con:
+                    rows = self._write_rows(con, data_path, prior_files, _pages(manifest))
+                    written.append(store.dir / stats_rel)
+                    pages = self._write_page_stats(con, data_path, old_files, store.dir / stats_rel)
+            except BaseException:
+                _remove(written)
+                raise
+            manifest["stats"] = {"file": stats_rel, "pages": pages}
             manifest["cycles"][str(self.cycle_id)] = {
                 "dir": version,
                 "files": ["part-0.parquet"],
-                "rows": table.num_rows,
+                "rows": rows.rows,
                 "committed_at": datetime.now(UTC).isoformat(),
             }
             try:
-                store._publish(manifest, retire=retire)
+                store._publish(manifest, retire=[old_entry["dir"]] if old_entry else [])
             except HistoryWriteError:
                 _remove(written)
                 raise
         self.abort()
-        observations = int(
-            pc.sum(pc.is_in(table["outcome"], pa.array(OBSERVATION_OUTCOMES))).as_py() or 0
-        )
         self.result = CommitResult(
             self.cycle_id,
-            table.num_rows,
-            observations,
+            rows.rows,
+            rows.observations,
             replaced,
             tuple(store.files([self.cycle_id])),
         )
         log.info(
             "committed cycle %s: %s rows (%s)",
             self.cycle_id,
-            table.num_rows,
+            rows.rows,
             "replaced" if replaced else "new",
         )
         return self.result
+
+    def _write_rows(
+        self, con: duckdb.DuckDBPyConnection, path: Path, prior_files: list[str], prior_pages: int
+    ) -> LinkCounts:
+        """Deduplicate and link the staged parts into the cycle's data file (streamed).
+
+        ``prior_pages`` (about how many pages the published history has) sizes the buckets.
+        """
+        parts = [str(p) for p in self.parts]
+        work = self.staging / "work"
+        linked: Path
+        counts: LinkCounts
+        if self.link:
+            keys = sum(self.part_rows) + prior_pages
+            buckets = max(1, -(-keys // COMMIT_BUCKET_ROWS))
+            linked, counts = self._guarded(
+                "link", work, prior_files, lambda: _link(con, parts, prior_files, work, buckets)
+            )
+        else:
+            buckets = max(1, -(-sum(self.part_rows) // COMMIT_BUCKET_ROWS))
+            linked, counts = self._guarded(
+                "deduplication", work, [], lambda: _deduplicate(con, parts, work, buckets)
+            )
+
+        def write() -> int:
+            in_order = linked_in_staged_order(
+                con, linked, self.part_rows, COMMIT_BUCKET_ROWS, COMMIT_BATCH_ROWS
+            )
+            rows = merge_rows(parts, in_order, relink=self.link, batch_rows=COMMIT_BATCH_ROWS)
+            return _write_parquet(TableStream(HISTORY_SCHEMA, rows), path)
+
+        self._guarded("data file", path, [], write)
+        return counts
+
+    def _write_page_stats(
+        self, con: duckdb.DuckDBPyConnection, data_path: Path, old_files: list[str], path: Path
+    ) -> int:
+        """The statistics plus this cycle's sums (minus a replaced version's), streamed."""
+        store = self.store
+        checked = [*old_files, *store.stats_files()]
+
+        def write() -> int:
+            rel = _updated_stats(con, store, str(data_path), old_files, self.staging / "work")
+            with rel.to_arrow_reader(batch_size=COMMIT_BATCH_ROWS) as reader:
+                tables = (pa.Table.from_batches([b]) for b in reader)
+                return _write_parquet(TableStream(PAGE_STATS_SCHEMA, tables), path)
+
+        rows: int = self._guarded("statistics", path, checked, write)
+        return rows
+
+    def _guarded(self, what: str, path: Path, inputs: list[str], step: Any) -> Any:
+        """Run a step of the commit with the store's errors: a corrupt input file, a failed
+        write, DuckDB out of memory or unable to spill (each names the file or folder)."""
+        try:
+            return self.store._checked(step, inputs)
+        except OSError as exc:
+            raise write_error(f"{what} of cycle {self.cycle_id}", path, exc) from exc
+        except (duckdb.IOException, duckdb.OutOfMemoryException) as exc:
+            raise HistoryWriteError(
+                f"the commit of cycle {self.cycle_id} could not finish its {what} within its "
+                f"memory limit {self.memory_limit} and the spill folder {self.staging}: {exc}. "
+                "Nothing was published; free disk space (or raise the limit) and re-run."
+            ) from exc
+
+
+def _pages(manifest: dict[str, Any]) -> int:
+    """About how many pages the published history has observed (sizes a commit's sorts)."""
+    cycles = [int(entry.get("rows", 0)) for entry in manifest["cycles"].values()]
+    stats = manifest.get("stats") or {}
+    return max([int(stats.get("pages", 0)), *cycles])
 
 
 # ---------------------------------------------------------------------- validation
@@ -486,72 +578,36 @@ def validate_history_rows(
 # ---------------------------------------------------------------------- SQL
 
 
-def _deduplicate(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation) -> pa.Table:
-    """One row per (url_id, fetched_at): a retried write of the same attempt counts once."""
-    con.register("staged", rel)
-    return con.sql(
-        "SELECT * FROM staged QUALIFY row_number() OVER (PARTITION BY url_id, fetched_at) = 1"
-    ).to_arrow_table()
+def _deduplicate(
+    con: duckdb.DuckDBPyConnection, parts: list[str], work: Path, buckets: int
+) -> tuple[Path, LinkCounts]:
+    """One row per (url_id, fetched_at): a retried write of the same attempt counts once.
+
+    Rows keep their own ``changed``/``interval_days`` (``link=False``); see ``_link``.
+    """
+    return link_staged(con, parts, [], work, COMMIT_BATCH_ROWS, buckets)
 
 
-_LINK_SQL = """
-WITH new AS (SELECT * FROM cycle_input),
-obs AS (
-    SELECT url_id, fetched_at,
-           lag(fetched_at) OVER w AS in_prev_at,
-           lag(record_hash) OVER w AS in_prev_hash
-    FROM new WHERE outcome IN ('ok', 'not_modified')
-    WINDOW w AS (PARTITION BY url_id ORDER BY fetched_at)
-),
-prior AS (
-    SELECT url_id, max(fetched_at) AS prev_at, arg_max(record_hash, fetched_at) AS prev_hash
-    FROM prior_history
-    WHERE outcome IN ('ok', 'not_modified') AND url_id IN (SELECT url_id FROM obs)
-    GROUP BY url_id
-),
-joined AS (
-    SELECT new.* EXCLUDE (changed, interval_days), new.changed AS given_changed,
-           coalesce(obs.in_prev_at, prior.prev_at) AS prev_at,
-           CASE WHEN obs.in_prev_at IS NOT NULL THEN obs.in_prev_hash ELSE prior.prev_hash END
-               AS prev_hash,
-           obs.url_id IS NOT NULL AS is_obs
-    FROM new
-    LEFT JOIN obs USING (url_id, fetched_at)
-    LEFT JOIN prior USING (url_id)
-),
-flagged AS (
-    SELECT *,
-        CASE WHEN NOT is_obs OR prev_at IS NULL THEN NULL
-             WHEN outcome = 'not_modified' THEN false
-             WHEN given_changed IS NOT NULL THEN given_changed
-             WHEN record_hash IS NULL OR prev_hash IS NULL THEN NULL
-             ELSE record_hash <> prev_hash END AS changed
-    FROM joined
-)
-SELECT * EXCLUDE (given_changed, prev_at, prev_hash, is_obs),
-    CASE WHEN changed IS NULL THEN NULL
-         ELSE (epoch_us(fetched_at) - epoch_us(prev_at)) / 86400e6 END AS interval_days
-FROM flagged
-"""
+def _link(
+    con: duckdb.DuckDBPyConnection,
+    parts: list[str],
+    prior_files: list[str],
+    work: Path,
+    buckets: int,
+) -> tuple[Path, LinkCounts]:
+    """Deduplicate, and fill ``changed`` and ``interval_days`` against each page's previous
+    observation (``tasks.history_link``): ``work/linked.parquet``, sorted by page.
 
-
-def _link(con: duckdb.DuckDBPyConnection, table: pa.Table, prior_files: list[str]) -> pa.Table:
-    """Fill ``changed`` and ``interval_days`` against each page's previous observation."""
-    con.register("cycle_input", table)
-    if prior_files:
-        prior = con.read_parquet(prior_files, union_by_name=True)
-    else:
-        prior = con.from_arrow(HISTORY_SCHEMA.empty_table())
-    con.register("prior_history", prior)
-    linked = con.sql(_LINK_SQL).to_arrow_table()
-    back = pc.less_equal(linked["interval_days"], 0)
-    if pc.any(back).as_py():
-        example = pc.filter(linked["url_id"], back)[0].as_py()
+    Refuses the cycle if an observation is not later than the page's previous one.
+    """
+    linked, counts = link_staged(con, parts, prior_files, work, COMMIT_BATCH_ROWS, buckets)
+    if counts.backward:
         raise HistoryInputError(
-            f"{pc.sum(back).as_py()} observation(s) are not later than the page's previous "
-            f"stored observation (e.g. url_id {example}); check the fetcher's clock"
+            f"{counts.backward} observation(s) are not later than the page's previous "
+            f"stored observation (e.g. url_id {counts.backward_example}); check the "
+            "fetcher's clock"
         )
-    return linked
+    return linked, counts
 
 
 _STATS_SQL = """
@@ -590,60 +646,122 @@ SELECT url_id, coalesce(a.host, b.host) AS host,
        coalesce(a.changed_sum, 0) {op} coalesce(b.changed_sum, 0) AS changed_sum,
        coalesce(a.changed_sum_sq, 0) {op} coalesce(b.changed_sum_sq, 0) AS changed_sum_sq,
        coalesce(a.changed_sum_cube, 0) {op} coalesce(b.changed_sum_cube, 0) AS changed_sum_cube
-FROM stats_a a FULL OUTER JOIN stats_b b USING (url_id)
+FROM {a} a FULL OUTER JOIN {b} b USING (url_id)
 """
 
+#: a - b for replacing a cycle: sums that cancel are snapped to exact zero.
+#: After replacing a cycle: a page with no unchanged interval left has exactly zero
+#: unchanged days, one with no changed interval exactly zero changed sums (not the
+#: rounding residue of subtracting what the replaced version had added).
+_SNAP_SQL = """
+SELECT url_id, host, n_intervals, n_changed,
+       if(n_intervals = n_changed, 0, unchanged_days) AS unchanged_days,
+       if(n_changed = 0, 0, changed_sum) AS changed_sum,
+       if(n_changed = 0, 0, changed_sum_sq) AS changed_sum_sq,
+       if(n_changed = 0, 0, changed_sum_cube) AS changed_sum_cube
+FROM ({stats})
+"""
 
-def _combine(con: duckdb.DuckDBPyConnection, a: pa.Table, b: pa.Table, op: str) -> pa.Table:
-    con.register("stats_a", a)
-    con.register("stats_b", b)
-    rel = con.sql(_COMBINE_SQL.format(op=op))
-    if op == "+":
-        rel = rel.filter("n_intervals > 0")
-    return rel.to_arrow_table().cast(PAGE_STATS_SCHEMA)
+#: Pages left with no interval (all of theirs were in a replaced version) are dropped.
+_OBSERVED_SQL = "SELECT * FROM ({stats}) WHERE n_intervals > 0"
 
 
-def _add_stats(con: duckdb.DuckDBPyConnection, a: pa.Table, b: pa.Table) -> pa.Table:
-    return _combine(con, a, b, "+")
+def _updated_stats(
+    con: duckdb.DuckDBPyConnection,
+    store: HistoryStore,
+    data_file: str,
+    old_files: list[str],
+    work: Path,
+) -> duckdb.DuckDBPyRelation:
+    """The published statistics plus the new data file's sums, minus the replaced
+    version's (``old_files``), as a lazy relation.
 
-
-def _subtract_stats(con: duckdb.DuckDBPyConnection, a: pa.Table, b: pa.Table) -> pa.Table:
-    """a - b, for replacing a cycle; sums that cancel are snapped to exact zero."""
-    out = _combine(con, a, b, "-")
-    con.register("diff", out)
-    return (
-        con.sql(
-            """SELECT url_id, host, n_intervals, n_changed,
-                  if(n_intervals = n_changed, 0, unchanged_days) AS unchanged_days,
-                  if(n_changed = 0, 0, changed_sum) AS changed_sum,
-                  if(n_changed = 0, 0, changed_sum_sq) AS changed_sum_sq,
-                  if(n_changed = 0, 0, changed_sum_cube) AS changed_sum_cube
-           FROM diff"""
+    The sums go through Parquet files under ``work``, one aggregate or join per query:
+    DuckDB spills each on its own, not several at once (see ``tasks.history_link``).
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    con.register("cycle_new", con.read_parquet(data_file))
+    delta = work / "stats_delta.parquet"
+    con.sql(stats_sql("cycle_new")).to_parquet(str(delta))
+    con.register("stats_delta", con.read_parquet(str(delta)))
+    change = "stats_delta"
+    if old_files:
+        con.register("cycle_old", con.read_parquet(old_files, union_by_name=True))
+        old = work / "stats_old.parquet"
+        con.sql(stats_sql("cycle_old")).to_parquet(str(old))
+        con.register("stats_old", con.read_parquet(str(old)))
+        difference = work / "stats_change.parquet"
+        con.sql(_COMBINE_SQL.format(a="stats_delta", b="stats_old", op="-")).to_parquet(
+            str(difference)
         )
-        .to_arrow_table()
-        .cast(PAGE_STATS_SCHEMA)
-    )
+        con.register("stats_change", con.read_parquet(str(difference)))
+        change = "stats_change"
+    con.register("stats_base", store.page_stats_relation(con))
+    updated = _COMBINE_SQL.format(a="stats_base", b=change, op="+")
+    if old_files:
+        updated = _SNAP_SQL.format(stats=updated)
+    return con.sql(_OBSERVED_SQL.format(stats=updated))
 
 
 # ---------------------------------------------------------------------- files
 
 
-def _conform(table: pa.Table) -> pa.Table:
+def _conform(table: pa.Table, schema: pa.Schema = HISTORY_SCHEMA) -> pa.Table:
+    """The table in ``schema`` exactly: columns in its order and types, absent ones NULL."""
     cols = [
         table[f.name].cast(f.type)
         if f.name in table.column_names
         else pa.nulls(table.num_rows, f.type)
-        for f in HISTORY_SCHEMA
+        for f in schema
     ]
-    return pa.Table.from_arrays(cols, schema=HISTORY_SCHEMA)
+    return pa.Table.from_arrays(cols, schema=schema)
 
 
-def _write_parquet(table: pa.Table, path: Path) -> None:
-    """Write a Parquet file durably: to a temporary name, fsync, rename (no leftover on error)."""
+def commit_connection(spill_dir: Path, memory_limit: str) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection for one commit: bounded memory, spilling under ``spill_dir``.
+
+    Insertion order is not preserved (no query of the commit needs it, and keeping it
+    buffers results); the folder is the commit's staging folder, removed with it.
+    """
+    spill_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        con = duckdb.connect(
+            config={
+                "memory_limit": memory_limit,
+                "temp_directory": str(spill_dir),
+                "preserve_insertion_order": False,
+                "threads": COMMIT_THREADS,
+            }
+        )
+    except duckdb.Error as exc:
+        raise HistoryInputError(f"bad commit memory limit {memory_limit!r}: {exc}") from None
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
+@dataclass(frozen=True)
+class TableStream:
+    """Tables to write one after another into one Parquet file, conformed to ``schema``."""
+
+    schema: pa.Schema
+    tables: Iterable[pa.Table]
+
+
+def _write_parquet(rows: pa.Table | TableStream, path: Path) -> int:
+    """Write a Parquet file durably: to a temporary name, fsync, rename (no leftover on
+    error); return its row count.
+
+    A table is written at once; a stream a row group of about COMMIT_BATCH_ROWS at a
+    time, so memory is one row group whatever the file's size.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
+        if isinstance(rows, TableStream):
+            count = _write_row_groups(rows.tables, tmp, rows.schema)
+        else:
+            pq.write_table(rows, tmp, compression="zstd", row_group_size=1 << 20)
+            count = rows.num_rows
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
     except BaseException:
@@ -651,6 +769,25 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
         raise
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+    return count
+
+
+def _write_row_groups(tables: Iterable[pa.Table], path: Path, schema: pa.Schema) -> int:
+    rows = 0
+    pending: list[pa.Table] = []
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        for table in tables:
+            pending.append(_conform(table, schema))
+            if sum(t.num_rows for t in pending) >= COMMIT_BATCH_ROWS:
+                group = pa.concat_tables(pending)
+                writer.write_table(group, row_group_size=2 * COMMIT_BATCH_ROWS)
+                rows += group.num_rows
+                pending = []
+        if pending:
+            group = pa.concat_tables(pending)
+            writer.write_table(group, row_group_size=2 * COMMIT_BATCH_ROWS)
+            rows += group.num_rows
+    return rows
 
 
 _WRITE_CAUSES = {

@@ -19,10 +19,11 @@ events (``STAGE`` ``none``: no kill, the events are only logged). Stages, in cyc
 ``after-publish``  the manifest is renamed; staging and work files are not yet removed
 =================  =====================================================================
 
-Events are durable writes (``pyarrow.parquet.write_table``, ``json.dump``) and renames
-(``os.replace``). A kill at a write leaves a truncated file where the write went, as a
-kernel that had written part of it would. Every stage entered and the kill itself are
-appended to the file named by ``FAULT_LOG`` (JSON lines), so the test knows what was hit.
+Events are durable writes (``pyarrow.parquet.write_table``, the commit's streamed Parquet
+files, ``json.dump``) and renames (``os.replace``). A kill at a write leaves a truncated file
+where the write went, as a kernel that had written part of it would. Every stage entered
+and the kill itself are appended to the file named by ``FAULT_LOG`` (JSON lines), so the
+test knows what was hit.
 
 ``--fsize-at STAGE`` instead lowers RLIMIT_FSIZE to 1 KiB when STAGE begins (SIGXFSZ
 ignored): every larger write then fails with EFBIG, as on a full disk, with no root needed.
@@ -196,6 +197,18 @@ def install(faults: Faults) -> None:
         write_table(table, where, *args, **kwargs)
 
     pq.write_table = write_table_event
+
+    write_groups = history._write_row_groups  # the commit's streamed data and stats files
+
+    def write_groups_event(tables: Any, path: Path, schema: Any) -> int:
+        def truncated() -> None:
+            write_groups(tables, path, schema)
+            os.truncate(path, faults.rng.randrange(Path(path).stat().st_size))
+
+        faults.event("write", truncated)
+        return write_groups(tables, path, schema)
+
+    history._write_row_groups = write_groups_event
 
     dump = json.dump
 

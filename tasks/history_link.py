@@ -1,0 +1,357 @@
+"""A cycle's rows linked to each page's previous observation, in bounded memory.
+
+At commit every observation gets ``changed`` and ``interval_days`` against the page's
+previous observation, and a (url_id, fetched_at) staged twice counts once. Doing that on
+the cycle as Arrow tables costs about 1.5 KB a row, so a cycle of 10 million pages would
+need gigabytes. Here nothing holds the cycle:
+
+The pages are split into buckets by a hash of their url_id (about ``bucket_rows`` keys
+each) and linked one bucket at a time, since the memory a DuckDB sort needs grows with its
+input (it keeps a buffer per sorted run while it merges). For each bucket:
+
+1. DuckDB writes each page's last observation in the published history to
+   ``prior-<bucket>.parquet``: its time, and the hash of the page's last observation that
+   has one (an aggregate of fixed-size states, then a join: both spill);
+2. DuckDB sorts a narrow projection of the staged rows (``KEY_COLUMNS`` and the row's
+   position: part index and row number) together with those prior observations by page,
+   prior before cycle, time and position; ``LinkPass`` walks that stream once, a record
+   batch at a time, carrying one page's state across batches, and writes position,
+   ``changed`` and ``interval_days`` of every kept row to ``linked.parquet``;
+3. ``linked_in_staged_order`` reads that back sorted by position, a range of positions
+   at a time, so ``merge_rows`` can merge it with the staged parts read one batch at a
+   time.
+
+Each DuckDB query has one blocking operator: on DuckDB 2.0 several in one query (window,
+join, aggregate, sort) must all fit the memory limit at once and fail with an
+out-of-memory error where each alone spills. A window per page (the obvious SQL) was
+also several times slower once spilling.
+
+The rules are the ones the store always applied: the first staged copy of a
+(url_id, fetched_at) is kept; a row's previous observation is the page's last ``ok`` or
+``not_modified`` before it (the history's last one precedes all of the cycle's, even when
+it is later: that shows up as a backward interval, which the commit refuses; its hash is
+the history's last non-NULL one); a 304 is unchanged, else the fetcher's flag, else the
+record hashes compared; no previous observation or no observation: ``changed`` and
+``interval_days`` NULL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
+
+#: Bits of a row's position below the part index (a part of up to 2**40 rows).
+PART_SHIFT = 40
+#: Staged columns the link needs; the rest of a row is only read when it is written out.
+KEY_COLUMNS = ("url_id", "fetched_at", "outcome", "record_hash", "changed")
+DAY_US = 86_400e6
+
+LINKED_SCHEMA = pa.schema(
+    [
+        pa.field("pos", pa.int64(), nullable=False),
+        pa.field("changed", pa.bool_()),
+        pa.field("interval_days", pa.float64()),
+    ]
+)
+
+# The queries spell out OBSERVATION_OUTCOMES and PART_SHIFT (no SQL is built from strings).
+assert set(OBSERVATION_OUTCOMES) == {"ok", "not_modified"} and PART_SHIFT == 40
+
+# The page's last observation time, and the time of its last observation with a record
+# hash (the old ``arg_max(record_hash, fetched_at)``, which skips NULL hashes: after a 304
+# the cycle's first observation is compared with the last hash seen).
+_PRIOR_LAST_SQL = """
+SELECT url_id, max(fetched_at) AS last_at,
+       max(fetched_at) FILTER (WHERE record_hash IS NOT NULL) AS hash_at
+FROM prior_history
+WHERE outcome IN ('ok', 'not_modified') AND hash(url_id) % $buckets = $bucket
+GROUP BY url_id
+"""
+
+_PRIOR_ROWS_SQL = """
+SELECT l.url_id, l.last_at AS fetched_at, p.record_hash
+FROM prior_last l LEFT JOIN prior_history p
+    ON p.url_id = l.url_id AND p.fetched_at = l.hash_at
+   AND p.record_hash IS NOT NULL AND p.outcome IN ('ok', 'not_modified')
+"""
+
+_SORTED_KEYS_SQL = """
+SELECT url_id, true AS in_cycle, fetched_at,
+       (file_index << 40) + file_row_number AS pos,
+       outcome, record_hash, changed AS given_changed
+FROM staged WHERE hash(url_id) % $buckets = $bucket
+UNION ALL
+SELECT url_id, false, fetched_at, NULL, 'ok', record_hash, NULL FROM prior_rows
+ORDER BY url_id, in_cycle, fetched_at, pos
+"""
+
+_IN_STAGED_ORDER_SQL = """
+SELECT pos, changed, interval_days FROM linked WHERE pos >= $low AND pos < $high ORDER BY pos
+"""
+
+
+@dataclass(frozen=True)
+class LinkCounts:
+    """What the pass saw: kept rows, observations, and backward intervals."""
+
+    rows: int
+    observations: int
+    backward: int
+    backward_example: int | None
+
+
+class LinkPass:
+    """Walks the sorted keys once (see the module docstring), a record batch at a time.
+
+    State carried between batches: the key of the last row (a duplicate may straddle two
+    batches) and the last observation (the previous one of the next batch's first rows).
+    """
+
+    def __init__(self) -> None:
+        self._last_key: tuple[int, bool, int] | None = None
+        self._obs_url: int | None = None
+        self._obs_at = 0
+        self._obs_hash: str | None = None
+        self.rows = 0
+        self.observations = 0
+        self.backward = 0
+        self.backward_example: int | None = None
+
+    def counts(self) -> LinkCounts:
+        return LinkCounts(self.rows, self.observations, self.backward, self.backward_example)
+
+    def step(self, batch: pa.RecordBatch) -> pa.Table:
+        """The batch's kept cycle rows as ``LINKED_SCHEMA`` (in the batch's order)."""
+        n = batch.num_rows
+        if n == 0:
+            return LINKED_SCHEMA.empty_table()
+        url = batch.column("url_id").to_numpy()
+        cyc = batch.column("in_cycle").to_numpy(zero_copy_only=False)
+        at = batch.column("fetched_at").cast(pa.int64()).to_numpy()
+        keep = self._first_copies(url, cyc, at)
+        self._last_key = (int(url[-1]), bool(cyc[-1]), int(at[-1]))
+
+        url, cyc, at = url[keep], cyc[keep], at[keep]
+        mask = pa.array(keep)
+        outcome = batch.column("outcome").filter(mask)
+        record_hash = batch.column("record_hash").filter(mask).cast(pa.string())
+        given = batch.column("given_changed").filter(mask)
+        pos = batch.column("pos").filter(mask)
+        observed = pc.is_in(outcome, pa.array(OBSERVATION_OUTCOMES)).to_numpy(zero_copy_only=False)
+
+        m = len(url)
+        index = np.arange(m)
+        last_observed = np.maximum.accumulate(np.where(observed, index, -1))
+        previous = np.concatenate(([-1], last_observed[:-1]))
+        in_batch = previous >= 0
+        in_batch &= url[np.maximum(previous, 0)] == url
+        from_carry = (
+            (previous < 0) & (url == self._obs_url)
+            if self._obs_url is not None
+            else (np.zeros(m, dtype=bool))
+        )
+        has_previous = in_batch | from_carry
+        source = np.where(in_batch, previous, m)  # m: the carried observation
+        prev_at = np.append(at, self._obs_at)[source]
+        prev_hash = pa.concat_arrays([record_hash, pa.array([self._obs_hash], pa.string())]).take(
+            pa.array(source)
+        )
+
+        not_modified = pc.equal(outcome, "not_modified").to_numpy(zero_copy_only=False)
+        given_valid = given.is_valid().to_numpy(zero_copy_only=False)
+        given_value = given.fill_null(False).to_numpy(zero_copy_only=False)
+        differs = pc.not_equal(record_hash, prev_hash)
+        hashes_known = differs.is_valid().to_numpy(zero_copy_only=False)
+        differs_value = differs.fill_null(False).to_numpy(zero_copy_only=False)
+        unknown = ~observed | ~has_previous | (~not_modified & ~given_valid & ~hashes_known)
+        changed = np.where(not_modified, False, np.where(given_valid, given_value, differs_value))
+        interval = (at - prev_at) / DAY_US
+
+        if observed.any():
+            last = int(last_observed[-1])
+            self._obs_url, self._obs_at = int(url[last]), int(at[last])
+            self._obs_hash = record_hash[last].as_py()
+
+        ours = cyc
+        backward = ours & ~unknown & (interval <= 0)
+        self.rows += int(ours.sum())
+        self.observations += int((ours & observed).sum())
+        if backward.any():
+            self.backward += int(backward.sum())
+            if self.backward_example is None:
+                self.backward_example = int(url[backward][0])
+        null = unknown[ours]
+        return pa.table(
+            {
+                "pos": pos.filter(pa.array(ours)),
+                "changed": pa.array(changed[ours], pa.bool_(), mask=null),
+                "interval_days": pa.array(interval[ours], pa.float64(), mask=null),
+            },
+            schema=LINKED_SCHEMA,
+        )
+
+    def _first_copies(self, url: np.ndarray, cyc: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """False for a cycle row with the key of the row before it (a later copy)."""
+        again = np.zeros(len(url), dtype=bool)
+        again[1:] = (url[1:] == url[:-1]) & (at[1:] == at[:-1]) & cyc[1:] & cyc[:-1]
+        if self._last_key is not None:
+            again[0] = bool(cyc[0]) and self._last_key == (int(url[0]), True, int(at[0]))
+        return ~again
+
+
+def link_staged(
+    con: duckdb.DuckDBPyConnection,
+    parts: list[str],
+    prior_files: list[str],
+    work: Path,
+    batch_rows: int,
+    buckets: int,
+) -> tuple[Path, LinkCounts]:
+    """Steps 1 and 2 of the module docstring: ``work/linked.parquet`` and the counts.
+
+    The pages are split into ``buckets`` by a hash of their url_id and linked one bucket
+    at a time (see the module docstring).
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    con.register("staged", _staged_keys(con, parts))
+    if prior_files:
+        con.register("prior_history", con.read_parquet(prior_files, union_by_name=True))
+    linked_path = work / "linked.parquet"
+    walk = LinkPass()  # buckets hold disjoint pages: its carried state never crosses one
+    with pq.ParquetWriter(linked_path, LINKED_SCHEMA) as writer:
+        for bucket in range(buckets):
+            which = {"buckets": buckets, "bucket": bucket}
+            con.register("prior_rows", _prior_rows(con, prior_files, work, which))
+            sorted_keys = con.sql(_SORTED_KEYS_SQL, params=which)
+            with sorted_keys.to_arrow_reader(batch_size=batch_rows) as reader:
+                for batch in reader:
+                    writer.write_table(walk.step(batch))
+    return linked_path, walk.counts()
+
+
+def _prior_rows(
+    con: duckdb.DuckDBPyConnection, prior_files: list[str], work: Path, which: dict[str, int]
+) -> duckdb.DuckDBPyRelation:
+    """Step 1 for one bucket: its pages' last observations in the published history."""
+    if not prior_files:
+        return con.from_arrow(
+            pa.schema(
+                [HISTORY_SCHEMA.field(c) for c in ("url_id", "fetched_at", "record_hash")]
+            ).empty_table()
+        )
+    last_path = work / f"prior_last-{which['bucket']}.parquet"
+    con.sql(_PRIOR_LAST_SQL, params=which).to_parquet(str(last_path))
+    con.register("prior_last", con.read_parquet(str(last_path)))
+    prior_path = work / f"prior-{which['bucket']}.parquet"
+    con.sql(_PRIOR_ROWS_SQL).to_parquet(str(prior_path))
+    return con.read_parquet(str(prior_path))
+
+
+def _staged_keys(con: duckdb.DuckDBPyConnection, parts: list[str]) -> duckdb.DuckDBPyRelation:
+    columns = ", ".join(KEY_COLUMNS)
+    if not parts:
+        empty = pa.schema([HISTORY_SCHEMA.field(c) for c in KEY_COLUMNS]).empty_table()
+        return con.from_arrow(empty).select(
+            f"{columns}, 0::BIGINT AS file_index, 0::BIGINT AS file_row_number"
+        )
+    return con.read_parquet(parts).select(f"{columns}, file_index, file_row_number")
+
+
+def linked_in_staged_order(
+    con: duckdb.DuckDBPyConnection,
+    linked_path: Path,
+    part_rows: list[int],
+    bucket_rows: int,
+    batch_rows: int,
+) -> Iterator[pa.RecordBatch]:
+    """Step 3: the linked rows sorted by position, one range of positions (about
+    ``bucket_rows`` staged rows) sorted at a time, for the same reason as the buckets of
+    ``link_staged``."""
+    con.register("linked", con.read_parquet(str(linked_path)))
+    for low, high in position_ranges(part_rows, bucket_rows):
+        rel = con.sql(_IN_STAGED_ORDER_SQL, params={"low": low, "high": high})
+        with rel.to_arrow_reader(batch_size=batch_rows) as reader:
+            yield from reader
+
+
+def position_ranges(part_rows: list[int], bucket_rows: int) -> list[tuple[int, int]]:
+    """Half-open ranges of positions, in order, covering every staged row, at most
+    ``bucket_rows`` rows each (small parts share one, a large part is cut)."""
+    ranges: list[tuple[int, int]] = []
+    low = high = count = 0
+    for index, rows in enumerate(part_rows):
+        base = index << PART_SHIFT
+        for start in range(0, rows, bucket_rows):
+            piece = min(bucket_rows, rows - start)
+            if count and count + piece <= bucket_rows:
+                high, count = base + start + piece, count + piece
+            else:
+                if count:
+                    ranges.append((low, high))
+                low, high, count = base + start, base + start + piece, piece
+    if count:
+        ranges.append((low, high))
+    return ranges
+
+
+def merge_rows(
+    parts: list[str], linked: Iterator[pa.RecordBatch], *, relink: bool, batch_rows: int
+) -> Iterator[pa.Table]:
+    """The kept staged rows, a part batch at a time, with the linked columns if ``relink``.
+
+    ``linked`` is sorted by position and names exactly the rows kept, so both are walked
+    once in step: memory is one part batch plus one batch of ``linked``.
+    """
+    pending = _Positions(linked)
+    for index, part in enumerate(parts):
+        offset = index << PART_SHIFT
+        for batch in pq.ParquetFile(part).iter_batches(batch_size=batch_rows):
+            picks = pending.below(offset + batch.num_rows)
+            if picks.num_rows == 0:
+                offset += batch.num_rows
+                continue
+            rows = pa.Table.from_batches([batch]).take(
+                pc.subtract(picks["pos"], pa.scalar(offset, pa.int64()))
+            )
+            offset += batch.num_rows
+            if relink:
+                for name in ("changed", "interval_days"):
+                    rows = rows.set_column(
+                        rows.column_names.index(name), name, picks[name].combine_chunks()
+                    )
+            yield rows
+
+
+class _Positions:
+    """A sorted stream of linked rows, consumed by position bound."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._batches = batches
+        self._buffer = LINKED_SCHEMA.empty_table()
+        self._done = False
+
+    def below(self, bound: int) -> pa.Table:
+        """Every remaining row with position < ``bound`` (removed from the stream)."""
+        while not self._done and (
+            self._buffer.num_rows == 0 or self._buffer["pos"][-1].as_py() < bound
+        ):
+            batch = next(self._batches, None)
+            if batch is None:
+                self._done = True
+            else:
+                self._buffer = pa.concat_tables(
+                    [self._buffer, pa.Table.from_batches([batch]).cast(LINKED_SCHEMA)]
+                ).combine_chunks()
+        positions = self._buffer["pos"].to_numpy()
+        cut = int(np.searchsorted(positions, bound))
+        taken, self._buffer = self._buffer.slice(0, cut), self._buffer.slice(cut)
+        return taken
