@@ -16,6 +16,7 @@ Reproduce:  .venv/bin/python benchmarks/bench_allocation.py [--pages 10000000 --
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import time
 
@@ -76,9 +77,9 @@ def main() -> None:
         host_capacity=capacity,
         max_frequency=1.0,
     )
-    t1, c1 = time.perf_counter(), time.process_time()
+    t1, c1, m1 = time.perf_counter(), time.process_time(), time.thread_time()
     result = solve(problem)
-    t2, c2 = time.perf_counter(), time.process_time()
+    t2, c2, m2 = time.perf_counter(), time.process_time(), time.thread_time()
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     # the unit of work: frequencies and slopes of every page at one multiplier, one pass
@@ -110,8 +111,10 @@ def main() -> None:
     print(
         f"one vectorized pass over all pages {pass_wall:.2f} s wall, {pass_cpu:.2f} s CPU: "
         f"the solve took {(t2 - t1) / pass_wall:.1f} passes' wall time, "
-        f"{(c2 - c1) / pass_cpu:.1f} passes' CPU time (solve {c2 - c1:.2f} s CPU)"
+        f"{(c2 - c1) / pass_cpu:.1f} passes' CPU time (solve {c2 - c1:.2f} s CPU, "
+        f"{m2 - m1:.2f} s of it in the calling thread; the rest ran in worker threads)"
     )
+    print(f"load average {os.getloadavg()[0]:.1f} (other jobs on the machine slow every figure)")
     print(
         f"spent {result.spent:,.1f} of {budget:,.1f}; multiplier {result.multiplier:.6g}; "
         f"pages given up (f = 0): {int(np.sum(result.frequencies == 0)):,}"

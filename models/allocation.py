@@ -22,6 +22,7 @@ the optimum gives up on pages it cannot keep fresh.
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,8 +37,9 @@ from models.allocation_solver import (
     free_spend,
     page_scale,
     solve_direct,
+    weighted_sums,
 )
-from models.freshness import FRESHNESS, Objective, freshness
+from models.freshness import FRESHNESS, Objective
 from models.rate_solver import CHUNK_PAGES, bincount
 
 __all__ = [
@@ -197,7 +199,7 @@ def solve(problem: AllocationProblem) -> Allocation:
         solution = solve_direct(p, scale)
     frequencies = solution.frequencies
     total_weight = float(p.weights.sum())
-    fresh, value = _weighted_values(p, frequencies)
+    fresh, value = solution.values or _weighted_values(p, frequencies)
     return Allocation(
         frequencies=frequencies,
         multiplier=solution.multiplier,
@@ -211,34 +213,18 @@ def solve(problem: AllocationProblem) -> Allocation:
 
 def _weighted_values(p: AllocationProblem, frequencies: FloatArray) -> tuple[float, float]:
     """Value-weighted freshness and objective, summed in chunks (in threads when big)."""
-    same = p.objective.value is FRESHNESS.value  # the freshness objective: one evaluation
 
-    def chunk(
-        rates: FloatArray, weights: FloatArray, f: FloatArray
-    ) -> tuple[FloatArray, FloatArray]:
-        fresh = freshness(rates, f)
-        value = fresh if same else p.objective.value(rates, f)
-        with np.errstate(invalid="ignore"):
-            counted = np.where(weights > 0, weights * value, 0.0)
-        return np.array([np.sum(weights * fresh)]), np.array([np.sum(counted)])
+    def chunk(lo: int) -> tuple[float, float]:
+        part = slice(lo, lo + CHUNK_PAGES)
+        return weighted_sums(p.objective, p.rates[part], p.weights[part], frequencies[part])
 
     n = p.size
     if n <= CHUNK_PAGES:
-        fresh, value = chunk(p.rates, p.weights, frequencies)
-        return float(fresh[0]), float(value[0])
+        return chunk(0)
     starts = range(0, n, CHUNK_PAGES)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        parts = list(
-            pool.map(
-                lambda lo: chunk(
-                    p.rates[lo : lo + CHUNK_PAGES],
-                    p.weights[lo : lo + CHUNK_PAGES],
-                    frequencies[lo : lo + CHUNK_PAGES],
-                ),
-                starts,
-            )
-        )
-    return float(sum(a[0] for a, _ in parts)), float(sum(b[0] for _, b in parts))
+        parts = list(pool.map(chunk, starts))
+    return math.fsum(a for a, _ in parts), math.fsum(b for _, b in parts)
 
 
 def uniform_allocation(problem: AllocationProblem) -> FloatArray:

@@ -12,8 +12,11 @@ to bind, a page about to be given up, a Taylor series that converges slowly): th
 budget's and the hosts' multipliers at the cost of the boundary pages only, and its
 third-order terms say how far the answer may be off, which sizes the next box. Once a
 box is small enough that every smooth page's expansion is exact to 1e-12 (a relative
-half-width of 1e-4), the answer is read from the expansions, without another pass, and
-checked (the budget and every capacity to 1e-11).
+half-width of 1e-4), the model's answer is the problem's: every page's frequency is then
+evaluated exactly at it, in one pass that also sums the spend, the loads and the
+objective, and checked (the budget and every capacity to 1e-11). Refreshes whose boxes
+are not final read the pages in float32 (the model's answer only has to land in the next
+box); nothing per page is kept between passes.
 
 Candidate hosts (those that may bind) keep their own centres: when only their
 multipliers are unsettled, only their pages are refreshed. The start comes from a reduced
@@ -42,17 +45,19 @@ from models.allocation_model import (
     BoundaryPages,
     Centres,
     Model,
+    SlotArray,
     UnresolvedError,
+    slot_sums,
 )
-from models.allocation_refresh import (
-    Pages,
-    Refresh,
-    chunked,
-    expand,
-    moments_of,
+from models.allocation_refresh import Pages, Refresh, evaluate, expand
+from models.allocation_solver import (
+    TOLERANCE,
+    Solution,
+    page_scale,
+    solve_direct,
+    weighted_sums,
 )
-from models.allocation_solver import TOLERANCE, Solution, page_scale, solve_direct
-from models.rate_solver import CHUNK_PAGES, bincount
+from models.rate_solver import bincount
 
 if TYPE_CHECKING:
     from models.allocation import AllocationProblem
@@ -73,6 +78,8 @@ _FINAL = 1e-4  # relative half-width of a box in which expansions are exact to 1
 _FIRST_BOX = 0.04  # relative half-width of the first box in mu
 _FIRST_HOST_BOX = 0.1  # ... and in each candidate host's total multiplier
 _REFRESHES = 12  # full refreshes count 1, host refreshes their share of the pages
+_SINGLE_BOX = 1e-3  # refreshes whose boxes reach this far (relative) may read float32
+_SPEND_ROWS = [1, 4, 8, 13]  # the moments rows slot 0 needs (see refresh.moments_of)
 
 
 def solve_local(problem: AllocationProblem, scale: FloatArray) -> Solution:
@@ -168,37 +175,33 @@ def _reduced(
 
 
 class _LocalSolver:
-    """Refresh, solve the model, repeat until the answer can be read from the expansions."""
+    """Refresh, solve the model, repeat until the model's answer is the problem's."""
 
     def __init__(self, problem: AllocationProblem, pages: Pages, candidates: BoolArray) -> None:
         self.p = problem
         self.pages = pages
         self.work = 0.0
-        n = pages.size
-        self.f0, self.d1, self.d2 = np.empty(n), np.empty(n), np.empty(n)
         self.mean_cost = float(np.mean(pages.cost))
         self.cand_hosts = np.flatnonzero(candidates)
-        self.slot_of_host = np.zeros(problem.host_capacity.shape[0], dtype=np.intp)
+        # int32 slot numbers: half the memory traffic of intp over every page
+        self.slot_of_host = np.zeros(problem.host_capacity.shape[0], dtype=np.int32)
         self.slot_of_host[self.cand_hosts] = np.arange(1, self.cand_hosts.shape[0] + 1)
         self.slot = self.slot_of_host[pages.host]
         self.cap = np.concatenate([[np.inf], problem.host_capacity[self.cand_hosts]])
-        self._candidate_pages: Pages | None = None
-        self._candidate_slot = np.zeros(0, dtype=np.intp)
-        # the candidate pages' expansions, when refreshed after the last full refresh
-        self.held: tuple[FloatArray, FloatArray, FloatArray] | None = None
+        # the candidate hosts' pages with their slots, in parts (see candidate_parts)
+        self._candidates: list[tuple[Pages, SlotArray]] = []
 
     @property
     def slots(self) -> int:
         return int(self.cap.shape[0])
 
-    def candidate_pages(self) -> Pages:
-        """The candidate hosts' pages, in order of slot (their sums are then contiguous)."""
-        if self._candidate_pages is None:
+    def candidate_parts(self) -> list[tuple[Pages, SlotArray]]:
+        """The candidate hosts' pages and their slots: gathered in one sweep (in page
+        order), and the pages of hosts promoted later as parts of their own."""
+        if not self._candidates:
             index = np.flatnonzero(self.slot > 0)
-            index = index[np.argsort(self.slot[index], kind="stable")]
-            self._candidate_pages = self.pages.subset(index)
-            self._candidate_slot = self.slot[index]
-        return self._candidate_pages
+            self._candidates = [(self.pages.subset(index), self.slot[index])]
+        return self._candidates
 
     # ----------------------------------------------------------------- the loop
 
@@ -224,7 +227,7 @@ class _LocalSolver:
         moments = np.zeros((MOMENTS, s))
         boundary = np.zeros(0, dtype=np.intp)
         full = True
-        settled = np.zeros(s, dtype=bool)
+        moving = np.ones(s, dtype=bool)
         while self.work < _REFRESHES:
             if full:
                 done = self._refresh(self.pages, centres)
@@ -232,7 +235,7 @@ class _LocalSolver:
                 assert done.host_load is not None
                 centres, moments, boundary = self._promote(centres, moments, boundary, done)
             else:
-                moments, boundary = self._refresh_hosts(centres, ~settled, moments, boundary)
+                moments, boundary = self._refresh_hosts(centres, moving, moments, boundary)
             model = self._model(centres, moments, boundary)
             answer = self._solve(model, centres)
             if answer is None:
@@ -246,7 +249,8 @@ class _LocalSolver:
             # Hosts held at the edge of their boxes move first, alone (their pages only),
             # as long as mu stays inside the free pages' box.
             full = answer.mu_clamped or not (answer.host_clamped.any() or settled[0])
-            centres = self._next(centres, model, answer, settled, full)
+            moving = ~settled
+            centres = self._next(centres, model, answer, moving, full)
         return None
 
     def _hosts_first(self, mu: float, nu: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -334,13 +338,14 @@ class _LocalSolver:
         return model.solve(lo, hi, float(np.clip(c.mu[0], lo, hi)))
 
     def _next(
-        self, c: Centres, model: Model, answer: Answer, settled: BoolArray, full: bool
+        self, c: Centres, model: Model, answer: Answer, moving: BoolArray, full: bool
     ) -> Centres:
         """Centres and boxes of the next refresh: around the answer, sized from its error.
 
-        Slots that are settled keep theirs. A box is four times the error the third-order
-        terms predict (at least 1e-9 relative), the largest final box if that covers
-        twice the error, and four times the old box where the answer was held at its edge.
+        Only the ``moving`` slots (all in a full refresh) take new ones. A box is four
+        times the error the third-order terms predict (at least 1e-9 relative), the largest
+        final box if that covers twice the error, and four times the old box where the
+        answer was held at its edge.
         """
         mu_error, nu_error = model.error(answer)
         mu = answer.mu
@@ -356,7 +361,7 @@ class _LocalSolver:
         )
         nu_reach = np.maximum(nu_reach, 2 * (mu_reach / mu) ** 2 * m)  # see run()
         nu_reach[0] = 0.0
-        fresh = np.ones(self.slots, dtype=bool) if full else ~settled
+        fresh = np.ones(self.slots, dtype=bool) if full else moving.copy()
         if not full:  # hosts move alone: mu may follow as far as the free pages' box allows
             fresh[0] = False
             mu_reach = max(mu_reach, float(c.mu_reach[0]))
@@ -373,65 +378,55 @@ class _LocalSolver:
 
     # ----------------------------------------------------------------- refresh
 
+    def _single(self, c: Centres) -> bool:
+        """Whether a refresh around ``c`` reads the pages in float32: while some box is
+        still wide (1e-3 relative or more) and none is final.
+
+        Their sums are then good to ~1e-7, far inside such boxes' truncation errors
+        (~1e-5 in the first box). Narrower boxes are read in float64, so the next box can
+        always become final (a float32 answer held at a box's edge makes it wider by 4,
+        not more than the 1e-3 that brings float32 back).
+        """
+        if c.final.any():
+            return False
+        m = c.nu + c.mu * self.mean_cost
+        with np.errstate(divide="ignore", invalid="ignore"):
+            wide = np.maximum(c.mu_reach / c.mu, np.where(m > 0, c.nu_reach / m, 0.0))
+        return bool(np.max(wide) >= _SINGLE_BOX)
+
     def _refresh_hosts(
         self, c: Centres, fresh: BoolArray, moments: FloatArray, boundary: IntArray
     ) -> tuple[FloatArray, IntArray]:
         """Refresh the pages of the candidate hosts in ``fresh`` only; the rest stand."""
         fresh = fresh.copy()
         fresh[0] = False
-        cand = self.candidate_pages()
-        if fresh[1:].all():
-            done = self._refresh(cand, c)
-        else:
-            rows = np.flatnonzero(fresh[self._candidate_slot])
-            some = Pages(
-                cand.index[rows] if cand.index is not None else rows,
-                cand.cost[rows],
-                cand.scale[rows],
-                cand.rate[rows],
-                cand.f_min[rows],
-                cand.f_max[rows],
-                cand.host[rows],
-                cand.inverse,
+        sums = np.zeros_like(moments)
+        found = [np.zeros(0, dtype=np.intp)]
+        for cand, cand_slot in self.candidate_parts():
+            rows = np.flatnonzero(fresh[cand_slot])
+            if not rows.size:
+                continue
+            some, slot = (
+                (cand, cand_slot) if rows.size == cand.size else (cand.pick(rows), cand_slot[rows])
             )
-            self.work += rows.size / self.pages.size
-            out = (np.empty(rows.size), np.empty(rows.size), np.empty(rows.size))
-            done = expand(
-                some, self._candidate_slot[rows], c, self.slots, self.p.host_capacity.shape[0], out
-            )
-            if self.held is not None:
-                for kept, new in zip(self.held, out, strict=True):
-                    kept[rows] = new
-            else:
-                assert some.index is not None
-                self.f0[some.index], self.d1[some.index], self.d2[some.index] = out
-            assert some.index is not None
-            done.boundary = some.index[done.boundary]
+            done = self._refresh(some, c, slot)
+            sums += done.moments
+            found.append(done.boundary)
         moments = moments.copy()
-        moments[:, fresh] = done.moments[:, fresh]
+        moments[:, fresh] = sums[:, fresh]
         stay = boundary[~fresh[self.slot[boundary]]]
-        return moments, np.union1d(stay, done.boundary)
+        return moments, _merge(stay, np.concatenate(found))
 
-    def _refresh(self, pages: Pages, c: Centres) -> Refresh:
-        """Expand ``pages`` around their slots' centres (one pass, in parallel chunks)."""
-        n = pages.size
+    def _refresh(self, pages: Pages, c: Centres, slot: SlotArray | None = None) -> Refresh:
+        """Expand ``pages`` (all, or a subset with its ``slot``s) around their slots' centres."""
         full = pages.index is None
-        self.work += n / self.pages.size
-        held = pages is self._candidate_pages
-        if full:
-            slot = self.slot
-            out = (self.f0, self.d1, self.d2)
-            self.held = None
-        else:
-            slot = self._candidate_slot if held else self.slot[pages.index]
-            out = (np.empty(n), np.empty(n), np.empty(n))
-        done = expand(pages, slot, c, self.slots, self.p.host_capacity.shape[0], out)
+        self.work += pages.size / self.pages.size
+        if slot is None:
+            slot = self.slot if pages.index is None else self.slot[pages.index]
+        single = self._single(c)
+        done = expand(pages, slot, c, self.slots, self.p.host_capacity.shape[0], single)
         if not full:
             assert pages.index is not None
-            if held:  # kept apart: scattering into the full arrays would cost a pass's share
-                self.held = out
-            else:
-                self.f0[pages.index], self.d1[pages.index], self.d2[pages.index] = out
             done.boundary = pages.index[done.boundary]
         return done
 
@@ -456,20 +451,20 @@ class _LocalSolver:
         promoted = np.zeros(p.host_capacity.shape[0], dtype=bool)
         promoted[new] = True
         moved = np.flatnonzero(promoted[pg.host])
-        smooth = ~np.isin(moved, boundary, assume_unique=True)
-        d1, d2 = self.d1[moved] * smooth, self.d2[moved] * smooth
-        with np.errstate(divide="ignore", invalid="ignore"):
-            kappa = np.where(d1 != 0, d2 * d2 / np.abs(d1), 0.0)
-        zero = np.zeros(moved.size, dtype=np.intp)
-        gone = moments_of(zero, pg.cost[moved], self.f0[moved] * smooth, d1, d2, kappa, 1)
+        # their share of slot 0's spend, as the refresh summed it (the same pages, centre
+        # and box give the same terms): only slot 0's spend rows hold sums
+        moved_pages = pg.subset(moved)
+        zero = np.zeros(moved.size, dtype=np.int32)
+        gone = expand(moved_pages, zero, c, self.slots, 0, self._single(c))
         moments = np.concatenate([moments, np.zeros((MOMENTS, k))], axis=1)
-        moments[:, 0] -= gone[:, 0]
+        moments[_SPEND_ROWS, 0] -= gone.moments[_SPEND_ROWS, 0]
         boundary = boundary[~promoted[pg.host[boundary]]]
         self.slot_of_host[new] = np.arange(first, first + k)
         self.slot[moved] = self.slot_of_host[pg.host[moved]]
         self.cand_hosts = np.concatenate([self.cand_hosts, new])
         self.cap = np.concatenate([self.cap, p.host_capacity[new]])
-        self._candidate_pages = None
+        if self._candidates:  # a part of their own: the others are not gathered again
+            self._candidates.append((moved_pages, self.slot[moved]))
         mu = float(c.mu[0])
         c = Centres(
             np.concatenate([c.mu, np.full(k, mu)]),
@@ -479,47 +474,30 @@ class _LocalSolver:
             np.concatenate([c.follow, np.zeros(k)]),
             np.concatenate([c.final, np.zeros(k, dtype=bool)]),
         )
-        again = self._refresh(pg.subset(moved), c)
+        again = self._refresh(moved_pages, c)
         moments[:, first:] = again.moments[:, first:]
-        return c, moments, np.union1d(boundary, again.boundary)
+        return c, moments, _merge(boundary, again.boundary)
 
     # ----------------------------------------------------------------- finish
 
     def _finish(self, c: Centres, model: Model, answer: Answer) -> Solution | None:
-        """Frequencies read from the expansions (exact on boundary pages), checked."""
+        """Frequencies at the answer, evaluated exactly (one pass), and checked.
+
+        Within final boxes every smooth page's expansion is exact to 1e-12, so the exact
+        frequencies meet the budget and the capacities as the model's answer does.
+        """
         pg, p = self.pages, self.p
-        n = pg.size
         mu, nu = answer.mu, answer.nu
-        step_mu = mu - c.mu
-        step_nu = nu - c.nu
-        f = np.empty(n)
-
-        def read(
-            f0: FloatArray, d1: FloatArray, d2: FloatArray, cost: FloatArray, s: IntArray
-        ) -> FloatArray:
-            step = step_mu[s] * cost
-            step += step_nu[s]
-            value = d2 * step
-            value += d1
-            value *= step
-            value += f0
-            return value
-
-        def run(lo: int) -> None:
-            part = slice(lo, min(lo + CHUNK_PAGES, n))
-            f[part] = read(
-                self.f0[part], self.d1[part], self.d2[part], pg.cost[part], self.slot[part]
-            )
-
-        chunked(run, n)
-        if self.held is not None:
-            cand = self.candidate_pages()
-            assert cand.index is not None
-            f[cand.index] = read(*self.held, cand.cost, self._candidate_slot)
-        f[model.b.index] = model.boundary_frequencies(mu, nu)
-        load = bincount(pg.host, f, p.host_capacity.shape[0])
-        self._mix(model, answer, f, load)
-        spent = float(np.einsum("i,i->", pg.cost, f))
+        n_hosts = p.host_capacity.shape[0]
+        f, load, spent, values = evaluate(pg, self.slot, mu, nu, n_hosts, p.weights)
+        changed, before = self._mix(model, answer, f, load)
+        if changed.size:  # the sums follow the mixed pages
+            spent += float(np.dot(pg.cost[changed], f[changed] - before))
+            if values is not None:
+                rates, weights = p.rates[changed], p.weights[changed]
+                old = weighted_sums(p.objective, rates, weights, before)
+                new = weighted_sums(p.objective, rates, weights, f[changed])
+                values = values[0] + new[0] - old[0], values[1] + new[1] - old[1]
         nu_host = np.zeros(p.host_capacity.shape[0])
         nu_host[self.cand_hosts] = nu[1:]
         binding = nu_host > 0
@@ -527,41 +505,48 @@ class _LocalSolver:
         short = binding & (np.abs(load - p.host_capacity) > TOLERANCE * p.host_capacity)
         if abs(spent - p.budget) > TOLERANCE * p.budget or over.any() or short.any():
             log.debug(
-                "the answer read from the expansions is off: budget %.3g, %d hosts over, %d short",
+                "the answer evaluated exactly is off: budget %.3g, %d hosts over, %d short",
                 spent / p.budget - 1,
                 int(over.sum()),
                 int(short.sum()),
             )
             return None
-        return Solution(f, mu, nu_host, spent)
+        return Solution(f, mu, nu_host, spent, values)
 
-    def _mix(self, model: Model, answer: Answer, f: FloatArray, load: FloatArray) -> None:
+    def _mix(
+        self, model: Model, answer: Answer, f: FloatArray, load: FloatArray
+    ) -> tuple[IntArray, FloatArray]:
         """Meet the capacity of hosts whose multiplier float64 cannot resolve.
 
         Their load jumps between two neighbouring multipliers (a page on the ramp below
         phi's limit): their boundary pages take the mix of both ends that fills the
-        capacity exactly (the smooth pages do not move across one float).
+        capacity exactly (the smooth pages do not move across one float). Returns the
+        pages changed and their frequencies before.
         """
         jump = np.flatnonzero(answer.other != answer.nu)
         if jump.size == 0:
-            return
+            return np.zeros(0, dtype=np.intp), np.zeros(0)
         b = model.b
-        rows = np.isin(b.slot, jump)
+        chosen = np.zeros(self.slots, dtype=bool)
+        chosen[jump] = True
+        rows = chosen[b.slot]
         pages, slot = b.index[rows], b.slot[rows]
         up = answer.nu.copy()
         up[jump] = answer.other[jump]
         low = model.boundary_frequencies(answer.mu, answer.nu)[rows]
         high = model.boundary_frequencies(answer.mu, up)[rows]
         n = self.slots
-        rest = load[self.cand_hosts[jump - 1]] - bincount(slot, f[pages], n)[jump]
-        below, above = bincount(slot, low, n)[jump], bincount(slot, high, n)[jump]
+        rest = load[self.cand_hosts[jump - 1]] - slot_sums(slot, f[pages], n)[jump]
+        below, above = slot_sums(slot, low, n)[jump], slot_sums(slot, high, n)[jump]
         with np.errstate(divide="ignore", invalid="ignore"):
             theta = np.clip((self.cap[jump] - rest - below) / (above - below), 0.0, 1.0)
         share = np.zeros(n)
         share[jump] = np.nan_to_num(theta)
         mixed = low + share[slot] * (high - low)
+        before = f[pages]
         f[pages] = mixed
-        load[self.cand_hosts[jump - 1]] = rest + bincount(slot, mixed, n)[jump]
+        load[self.cand_hosts[jump - 1]] = rest + slot_sums(slot, mixed, n)[jump]
+        return pages, before
 
 
 def _reach(error: float, scale: float, old: float, held: bool, beyond: float = 0.0) -> float:
@@ -578,3 +563,16 @@ def _reach(error: float, scale: float, old: float, held: bool, beyond: float = 0
     if reach > final and 2.0 * error <= final:
         reach = final
     return float(min(reach, 0.5 * scale)) if scale > 0 else reach
+
+
+def _merge(a: IntArray, b: IntArray) -> IntArray:
+    """The union of two page lists, sorted (boundary pages: a few 1e5 at most).
+
+    Sorting the concatenation (mostly sorted runs) is much cheaper than ``np.union1d``'s
+    hashing at this size.
+    """
+    out = np.concatenate([a, b])
+    out.sort()
+    if out.size > 1:
+        out = out[np.concatenate([[True], out[1:] != out[:-1]])]
+    return out

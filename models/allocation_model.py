@@ -18,22 +18,32 @@ inside the boxes the expansions are trusted in.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from models.allocation_table import PhiInverse
-from models.rate_solver import bincount
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]
+SlotArray = NDArray[np.integer[Any]]  # slot numbers (int32 over all pages)
 BoolArray = NDArray[np.bool_]
 
 #: Rows of the moments array: f {1, c}, f' {1, c, c^2}, f''/2 {1, c, c^2, c^3}, and
 #: kappa = (f''/2)^2 / |f'| {1, c, c^2, c^3, c^4} (the size of the third-order term).
 MOMENTS = 14
+_THREAD_PAGES = 1 << 15  # boundary pages per thread, at least, when split between threads
+
+
+def slot_sums(slot: SlotArray, values: NDArray[Any], slots: int) -> FloatArray:
+    """Sum of ``values`` per slot (0..slots-1), as float64."""
+    return np.asarray(np.bincount(slot, weights=values, minlength=slots), dtype=np.float64)
 
 
 class UnresolvedError(Exception):
@@ -62,7 +72,7 @@ class BoundaryPages:
     rate: FloatArray
     f_min: FloatArray
     f_max: FloatArray
-    slot: IntArray
+    slot: SlotArray
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,7 @@ class Model:
         held = boundary.slot > 0
         self.free = _pick(boundary, ~held)  # boundary pages of hosts held at 0
         self.held = _pick(boundary, held)  # ... and of candidate hosts
+        self._live = self.held  # the held pages of the hosts a root search still runs for
 
     def boundary_frequencies(self, mu: float, nu: FloatArray) -> FloatArray:
         b = self.b
@@ -118,11 +129,11 @@ class Model:
         return self.inverse.frequency(m * b.scale, b.rate, b.scale, b.f_min, b.f_max)[0]
 
     def terms(
-        self, mu: float, nu: FloatArray, live: BoolArray | None = None
+        self, mu: float, nu: FloatArray, only: BoolArray | None = None
     ) -> tuple[FloatArray, ...]:
         """Per slot: load, d load/d nu, d load/d mu, spend, d spend/d nu, d spend/d mu.
 
-        With ``live`` only the loads of the live candidate hosts are asked for.
+        With ``only`` (candidate slots), only those slots' values are asked for.
         """
         k = self.k
         d = mu - self.c.mu
@@ -141,32 +152,83 @@ class Model:
         spend -= k[10] * e2 * e + 3 * k[11] * de * e + 3 * k[12] * d2 * e + k[13] * d2 * d
         spend_mu -= 3 * k[11] * e2 + 6 * k[12] * de + 3 * k[13] * d2
         spend_nu = load_mu.copy()
-        held = self.held
-        if live is not None and held.index.shape[0]:
-            rows = live[held.slot]
-            if np.count_nonzero(rows) < 0.7 * rows.shape[0]:
-                held = _pick(held, rows)
-        for b in (held,) if live is not None else (held, self.free):
+        pages = (
+            (self.held, self.free) if only is None else (_pick(self.held, only[self.held.slot]),)
+        )
+        for b in pages:
             if not b.index.shape[0]:
                 continue
-            m = mu * b.cost + nu[b.slot]
-            t = m * b.scale
-            f, d1 = self.inverse.frequency(t, b.rate, b.scale, b.f_min, b.f_max)
-            if self.inverse.bounded:
-                # A page on the ramp below phi's limit has a slope ~1e9 times its neighbours'
-                # over 1e-9 of t: it would make Newton crawl and every error look small.
-                # Steps and error estimates take the smooth slope; the ramp is crossed by
-                # bracketing.
-                np.copyto(d1, 0.0, where=t > self.inverse.edge)
+            f, d1 = self._exact(b, mu, nu)
             n = self.slots
             cd1 = b.cost * d1
-            load += bincount(b.slot, f, n)
-            load_nu += bincount(b.slot, d1, n)
-            load_mu += bincount(b.slot, cd1, n)
-            spend += bincount(b.slot, b.cost * f, n)
-            spend_nu += bincount(b.slot, cd1, n)
-            spend_mu += bincount(b.slot, b.cost * cd1, n)
+            load += slot_sums(b.slot, f, n)
+            load_nu += slot_sums(b.slot, d1, n)
+            load_mu += slot_sums(b.slot, cd1, n)
+            spend += slot_sums(b.slot, b.cost * f, n)
+            spend_nu += slot_sums(b.slot, cd1, n)
+            spend_mu += slot_sums(b.slot, b.cost * cd1, n)
         return load, load_nu, load_mu, spend, spend_nu, spend_mu
+
+    def loads(self, mu: float, nu: FloatArray, live: BoolArray) -> tuple[FloatArray, FloatArray]:
+        """Per slot: load and d load/d nu (only the live slots' are asked for).
+
+        The held boundary pages evaluated are those of the live hosts: a root search's live
+        hosts only ever shrink, so each pick is taken from the last one.
+        """
+        k = self.k
+        d = mu - self.c.mu
+        e = nu - self.c.nu
+        de = d * e
+        e2, d2 = e * e, d * d
+        load = k[0] + k[3] * d + k[2] * e + k[7] * d2 + 2 * k[6] * de + k[5] * e2
+        load -= k[9] * e2 * e + 3 * k[10] * de * e + 3 * k[11] * d2 * e + k[12] * d2 * d
+        load_nu = k[2] + 2 * k[6] * d + 2 * k[5] * e
+        load_nu -= 3 * k[9] * e2 + 6 * k[10] * de + 3 * k[11] * d2
+        rows = live[self._live.slot]
+        if np.count_nonzero(rows) < 0.7 * rows.shape[0]:
+            self._live = _pick(self._live, rows)
+        b = self._live
+        if b.index.shape[0]:
+            f, d1 = self._exact(b, mu, nu)
+            load += slot_sums(b.slot, f, self.slots)
+            load_nu += slot_sums(b.slot, d1, self.slots)
+        return load, load_nu
+
+    def _exact(self, b: BoundaryPages, mu: float, nu: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """Boundary pages' frequencies and slopes (the smooth slope on the ramp).
+
+        Many pages (the spend's evaluations after a wide box) are split between threads.
+        """
+        n = b.index.shape[0]
+        threads = min(os.cpu_count() or 1, n // _THREAD_PAGES)
+        if threads < 2:
+            return self._exact_part(b, mu, nu, slice(None))
+        f, d1 = np.empty(n), np.empty(n)
+        step = -(-n // threads)
+
+        def run(lo: int) -> None:
+            part = slice(lo, min(lo + step, n))
+            f[part], d1[part] = self._exact_part(b, mu, nu, part)
+
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            list(pool.map(run, range(0, n, step)))
+        return f, d1
+
+    def _exact_part(
+        self, b: BoundaryPages, mu: float, nu: FloatArray, part: slice
+    ) -> tuple[FloatArray, FloatArray]:
+        cost, scale = b.cost[part], b.scale[part]
+        t = mu * cost
+        t += nu.take(b.slot[part])
+        t *= scale
+        f, d1 = self.inverse.frequency(t, b.rate[part], scale, b.f_min[part], b.f_max[part])
+        if self.inverse.bounded:
+            # A page on the ramp below phi's limit has a slope ~1e9 times its neighbours'
+            # over 1e-9 of t: it would make Newton crawl and every error look small.
+            # Steps and error estimates take the smooth slope; the ramp is crossed by
+            # bracketing.
+            np.copyto(d1, 0.0, where=t > self.inverse.edge)
+        return f, d1
 
     def nu_box(self, mu: float) -> tuple[FloatArray, FloatArray]:
         middle = self.c.nu + self.c.follow * (mu - self.c.mu)
@@ -182,15 +244,55 @@ class Model:
         lo, hi = self.nu_box(mu)
         self.lo_nu = lo
 
+        self._live = self.held
+
         def gap(x: FloatArray, live: BoolArray) -> tuple[FloatArray, FloatArray]:
-            load, load_nu, *_ = self.terms(mu, x, live)
+            load, load_nu = self.loads(mu, x, live)
             return np.where(limited, load - self.cap, -1.0), load_nu
 
         nu, state, other = decreasing_roots(
-            gap, lo, hi, np.clip(guess, lo, hi), tol, self.resolution
+            gap,
+            lo,
+            hi,
+            np.clip(guess, lo, hi),
+            tol,
+            self.resolution,
+            split=partial(self._ramp_ends, mu) if self.inverse.bounded else None,
         )
         self.other = np.where(state == 2, other, nu)
         return nu, state
+
+    def _ramp_ends(self, mu: float, a: FloatArray, b: FloatArray, live: BoolArray) -> FloatArray:
+        """Per live host, the end of a boundary page's ramp inside (a, b) nearest the middle.
+
+        A host's load is smooth in nu except across its pages' ramps below phi's limit
+        (steep: a page drops from ~rate/37 to 0 within 1e-9 of t). Bisecting at their ends
+        isolates the ramp the root lies on in a few steps, where the load is linear (NaN
+        where no ramp ends inside).
+        """
+        out = np.full(a.shape, np.nan)
+        h = self._live
+        if not h.index.shape[0]:
+            return out
+        rows = np.flatnonzero(live[h.slot])
+        if not rows.size:
+            return out
+        slot = h.slot[rows]
+        scale, base = h.scale[rows], mu * h.cost[rows]
+        with np.errstate(divide="ignore"):
+            ends = np.concatenate(
+                [self.inverse.edge / scale - base, self.inverse.limit / scale - base]
+            )
+        slot = np.concatenate([slot, slot])
+        keep = (ends > a[slot]) & (ends < b[slot])
+        ends, slot = ends[keep], slot[keep]
+        if not ends.size:
+            return out
+        order = np.lexsort((np.abs(ends - 0.5 * (a + b)[slot]), slot))
+        slot = slot[order]
+        first = order[np.concatenate([[True], slot[1:] != slot[:-1]])]
+        out[slot[np.concatenate([[True], slot[1:] != slot[:-1]])]] = ends[first]
+        return out
 
     def solve(self, mu_lo: float, mu_hi: float, start: float) -> Answer:
         """The model's multipliers within ``mu_lo <= mu <= mu_hi`` and the host boxes."""
@@ -203,6 +305,15 @@ class Model:
             last = float(seen.get("mu", mu))  # type: ignore[arg-type]
             nu, state = self.hosts(mu, guess + follow * (mu - last))
             load, load_nu, load_mu, spend, spend_nu, spend_mu = self.terms(mu, nu)
+            jump = state == 2
+            if jump.any():
+                # Such a host's pages on the ramp are mixed to fill its capacity exactly (see
+                # allocation_local's _mix): its spend is the same mix of both ends'.
+                load_up, _, _, spend_up, *_ = self.terms(mu, self.other, jump)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    share = np.clip((self.cap - load) / (load_up - load), 0.0, 1.0)
+                share = np.where(jump, np.nan_to_num(share), 0.0)
+                spend = spend + share * (spend_up - spend)
             binding = (state == 0) & np.isfinite(self.cap)
             with np.errstate(divide="ignore", invalid="ignore"):
                 follow[:] = np.where(binding & (load_nu < 0), -load_mu / load_nu, 0.0)
@@ -324,6 +435,7 @@ def decreasing_roots(
     tol: FloatArray,
     resolution: float = 1e-14,
     steps: int = 200,
+    split: Callable[[FloatArray, FloatArray, BoolArray], FloatArray] | None = None,
 ) -> tuple[FloatArray, NDArray[np.int8], FloatArray]:
     """Roots in [lo, hi] of many decreasing functions at once.
 
@@ -333,7 +445,9 @@ def decreasing_roots(
     live)`` returns the values and slopes (only live entries matter). Returns the roots
     and, per entry, 0 if found inside, -1 if the root lies below ``lo`` (x = lo), +1 above
     ``hi`` (x = hi), 2 if the function jumps across 0 within ``resolution`` (relative) of
-    x: x is then the point below 0 and ``other`` the one above.
+    x: x is then the point below 0 and ``other`` the one above. ``split(a, b, live)``, if
+    given, names a point inside each bracket where the function has a kink (NaN if none):
+    bisection takes it instead of the middle.
     """
     x = np.clip(start, lo, hi)
     a, ga = lo.copy(), np.full(x.shape, np.nan)  # the largest point known below the root
@@ -371,6 +485,9 @@ def decreasing_roots(
         use_newton = (s < 0) & (newton > a) & (newton < b) & (np.abs(g) <= 0.5 * last)
         use_secant = known & (secant > a) & (secant < b)
         middle = np.where(known, 0.5 * (a + b), np.where(np.isfinite(ga), b, a))
+        if split is not None and known.any():  # bisect at a kink where the bracket has one
+            kink = split(a, b, live & known)
+            middle = np.where(known & np.isfinite(kink), kink, middle)
         width = np.where(known, b - a, np.inf)
         slow = known & (width > 0.5 * widths[0])
         widths = [widths[1], width]

@@ -1,26 +1,31 @@
 """A refresh: every page's frequency expanded to second order around its slot's centre.
 
-For :mod:`models.allocation_local`. One pass over the pages (in chunks, in threads)
-reads each page's f, f' and f''/2 at its centre from :mod:`models.allocation_table`,
-decides whether its expansion can be trusted throughout the box (else it is a *boundary*
-page, evaluated exactly by the model), and sums the trusted ones per slot into the
-moments :class:`models.allocation_model.Model` is made of.
+For :mod:`models.allocation_local`. One pass over the pages (in blocks small enough for
+the L2 cache, in threads) reads each page's f, f' and f''/2 at its centre from
+:mod:`models.allocation_table` (in float32 while no box is final), decides whether its
+expansion can be trusted throughout the box (else it is a *boundary* page, evaluated
+exactly by the model), and sums the trusted ones per slot into the moments
+:class:`models.allocation_model.Model` is made of. :func:`evaluate` is the last pass: the
+exact frequencies at the answer, with the sums the solution reports.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from models.allocation_model import MOMENTS, Centres
+from models.allocation_model import MOMENTS, Centres, SlotArray, slot_sums
+from models.allocation_solver import weighted_sums
 from models.allocation_table import PhiInverse, inside_bounds, inverse_of
-from models.rate_solver import CHUNK_PAGES, bincount
+from models.rate_solver import CHUNK_PAGES
 
 if TYPE_CHECKING:
     from models.allocation import AllocationProblem
@@ -32,6 +37,7 @@ T = TypeVar("T")
 
 _RATIO = 0.35  # smooth: the second-order term stays below this share of the first in the box
 PAGE_TOLERANCE = 1e-12  # relative error a page's expansion may have at the answer
+BLOCK_PAGES = 1 << 15  # pages per block of a refresh: its temporaries stay in L2 cache
 
 
 @dataclass(frozen=True)
@@ -50,28 +56,42 @@ class Pages:
     @classmethod
     def of(cls, problem: AllocationProblem, scale: FloatArray) -> Pages:
         nothing = np.isinf(scale)
+        if nothing.any():  # pinned at the minimum: scale 0 keeps t finite
+            scale = np.where(nothing, 0.0, scale)
+            f_max = np.where(nothing, problem.min_frequency, problem.max_frequency)
+        else:
+            f_max = problem.max_frequency
         return cls(
             None,
             problem.costs,
-            np.where(nothing, 0.0, scale),
+            scale,
             problem.rates,
             problem.min_frequency,
-            np.where(nothing, problem.min_frequency, problem.max_frequency),
+            f_max,
             problem.hosts,
             inverse_of(problem.objective),
         )
 
     def subset(self, index: IntArray) -> Pages:
-        return Pages(
-            index,
-            self.cost[index],
-            self.scale[index],
-            self.rate[index],
-            self.f_min[index],
-            self.f_max[index],
-            self.host[index],
-            self.inverse,
-        )
+        """The pages numbered ``index`` (of all pages)."""
+        return self._gather(index, index)
+
+    def pick(self, rows: IntArray) -> Pages:
+        """The pages at positions ``rows`` of this subset."""
+        assert self.index is not None
+        return self._gather(rows, self.index[rows])
+
+    def _gather(self, rows: IntArray, index: IntArray) -> Pages:
+        """Each array at ``rows``: in threads when many (a gather is memory-bound)."""
+        arrays = (self.cost, self.scale, self.rate, self.f_min, self.f_max, self.host)
+        threads = os.cpu_count() or 1
+        if threads > 1 and rows.shape[0] > CHUNK_PAGES:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                out = list(pool.map(lambda a: a.take(rows), arrays))
+        else:
+            out = [a.take(rows) for a in arrays]
+        cost, scale, rate, f_min, f_max, host = out
+        return Pages(index, cost, scale, rate, f_min, f_max, host, self.inverse)
 
     @property
     def size(self) -> int:
@@ -89,82 +109,157 @@ class Refresh:
 
 def expand(
     pages: Pages,
-    slot: IntArray,
+    slot: SlotArray,
     c: Centres,
     slots: int,
     n_hosts: int,
-    out: tuple[FloatArray, FloatArray, FloatArray],
+    single: bool = False,
 ) -> Refresh:
-    """Expand ``pages`` around their slots' centres: one pass, in parallel chunks.
+    """Expand ``pages`` around their slots' centres: one pass, in parallel blocks.
 
-    Every page's f, f' and f''/2 go to ``out``; its terms are summed per slot unless it
-    is a boundary page. A full refresh (all pages, in order) also sums every host's load.
-    Candidate pages come in runs of one slot.
+    Every page's f, f' and f''/2 are summed per slot unless it is a boundary page (nothing
+    per page is kept: the answer is evaluated exactly at the end, see :func:`evaluate`). A
+    full refresh (all pages, in order) also sums every host's load.
+    With ``single`` (wide boxes only: never a final one) the pages are read in float32
+    (see :meth:`~models.allocation_table.PhiInverse.raw_expansion`): the answer then only
+    has to land in the next box. Blocks of ``BLOCK_PAGES`` keep the temporaries in cache.
     """
     n = pages.size
     full = pages.index is None
-    f0, d1, d2 = out
+    loads = HostSums(n_hosts if full else 0)
     risky = bool(c.final.any())
+    assert not (single and risky), "a final box needs float64"
+    dtype: type[np.floating[Any]] = np.float32 if single else np.float64
     # one centre in mu for every slot (always so in a full refresh): scalars suffice
     same = bool(np.all(c.mu == c.mu[0]) and np.all(c.mu_reach == c.mu_reach[0]))
     mu, mu_reach = float(c.mu[0]), float(c.mu_reach[0])
+    inverse = pages.inverse
 
-    def run(lo: int) -> tuple[FloatArray, IntArray, FloatArray | None]:
-        part = slice(lo, min(lo + CHUNK_PAGES, n))
+    def run(lo: int) -> tuple[FloatArray, IntArray]:
+        part = slice(lo, min(lo + BLOCK_PAGES, n))
         cost, s, scale = pages.cost[part], slot[part], pages.scale[part]
-        m0 = mu * cost if same else c.mu[s] * cost
+        m0 = cost * mu if same else c.mu[s] * cost
         if slots > 1:
-            m0 += c.nu[s]
-            dm = np.abs(cost + c.follow[s])  # the box is sheared along nu's follow
+            m0 += c.nu.take(s)
+            dm = cost + c.follow.take(s)  # the box is sheared along nu's follow
+            np.abs(dm, out=dm)
             dm *= mu_reach if same else c.mu_reach[s]
-            dm += c.nu_reach[s]
+            dm += c.nu_reach.take(s)
         else:
-            dm = mu_reach * cost
-        t = m0 * scale
-        raw, r1, r2 = pages.inverse.raw_expansion(t, pages.rate[part], scale)
-        f_min, f_max = pages.f_min[part], pages.f_max[part]
-        f = f0[part]
-        np.fmax(raw, f_min, out=f)  # NaN (0 x inf: nothing to gain) -> f_min
+            dm = cost * mu_reach
+        t = m0
+        t *= scale
+        dt = dm * scale
+        rate, f_min, f_max = pages.rate[part], pages.f_min[part], pages.f_max[part]
+        if dtype is np.float32:
+            rate, scale = rate.astype(dtype), scale.astype(dtype)
+            f_min, f_max = f_min.astype(dtype), f_max.astype(dtype)
+            dm = dm.astype(dtype)
+        raw, r1, r2 = inverse.raw_expansion(t, rate, scale, dtype=dtype)
+        f = np.fmax(raw, f_min)  # NaN (0 x inf: nothing to gain) -> f_min
         np.fmin(f, f_max, out=f)
         inside = inside_bounds(raw, r1, f_min, f_max)
-        dt = dm * scale
-        boundary = _boundary(pages.inverse, raw, r1, r2, t, dm, dt, f_min, f_max)
+        boundary = _boundary(inverse, raw, r1, r2, t, dm, dt, f_min, f_max)
+        # Masks are applied by multiplying (much cheaper than masked writes), once the
+        # pages outside their bounds (where r1 may be inf or NaN) hold zeros.
+        r1 = np.where(inside, r1, 0.0)
+        r2 = np.where(inside, r2, 0.0)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             kappa = r2 * r2
-            kappa /= np.abs(r1)
+            kappa /= np.abs(r1) + (~inside).astype(dtype)  # 0 / 1 outside the bounds
             if risky:  # in a final box a page must be exact to 1e-12: else boundary
                 risk = kappa * dm
                 risk *= dm
                 risk *= dm
                 boundary |= inside & ~(risk <= PAGE_TOLERANCE * f)
-        load = bincount(pages.host[part], f, n_hosts) if full else None
-        outside = ~inside
-        np.copyto(r1, 0.0, where=outside)
-        np.copyto(r2, 0.0, where=outside)
-        d1[part], d2[part] = r1, r2
+        loads.add(pages.host[part], f)
         # the sums are over smooth pages: boundary pages' terms go (they are exact)
-        outside |= boundary
-        for values in (r1, r2, kappa):
-            np.copyto(values, 0.0, where=outside)
-        smooth_f = np.where(boundary, 0.0, f)
+        smooth = (~boundary).astype(dtype)
+        for values in (f, r1, r2, kappa):
+            values *= smooth
         if full:
-            moments = moments_of(s, cost, smooth_f, r1, r2, kappa, slots)
+            moments = moments_of(s, cost.astype(dtype, copy=False), f, r1, r2, kappa, slots)
         else:
-            moments = sorted_moments(s, cost, smooth_f, r1, r2, kappa, slots)
-        return moments, np.flatnonzero(boundary) + lo, load
+            moments = slot_moments(s, cost, f, r1, r2, kappa, slots)
+        return moments, np.flatnonzero(boundary) + lo
 
-    parts = chunked(run, n)
-    sums = np.sum([m for m, _, _ in parts], axis=0)
-    boundary = np.concatenate([b for _, b, _ in parts])
-    host_load = np.sum([h for _, _, h in parts if h is not None], axis=0) if full else None
-    return Refresh(sums, boundary, host_load)
+    parts = chunked(run, n, BLOCK_PAGES)
+    sums = np.sum([m for m, _ in parts], axis=0)
+    boundary = np.concatenate([b for _, b in parts])
+    return Refresh(sums, boundary, loads.total() if full else None)
 
 
-def chunked(run: Callable[[int], T], n: int) -> list[T]:
+def evaluate(
+    pages: Pages,
+    slot: SlotArray,
+    mu: float,
+    nu: FloatArray,
+    n_hosts: int,
+    weights: FloatArray | None = None,
+) -> tuple[FloatArray, FloatArray, float, tuple[float, float] | None]:
+    """Every page's exact frequency at ``mu`` and its slot's ``nu``; host loads; spend.
+
+    One pass in parallel blocks (frequencies only: no derivatives), the loads and the
+    spend summed on the way, and with ``weights`` (all pages) the value-weighted
+    freshness and objective too (see :func:`~models.allocation_solver.weighted_sums`).
+    """
+    n = pages.size
+    f = np.empty(n)
+    loads = HostSums(n_hosts)
+    inverse = pages.inverse
+
+    def run(lo: int) -> tuple[float, float, float]:
+        part = slice(lo, min(lo + BLOCK_PAGES, n))
+        cost, scale, rate = pages.cost[part], pages.scale[part], pages.rate[part]
+        t = cost * mu
+        t += nu.take(slot[part])
+        t *= scale
+        raw = inverse.raw_expansion(t, rate, scale, order=0)[0]
+        out = f[part]
+        np.fmax(raw, pages.f_min[part], out=out)  # NaN (0 x inf: nothing to gain) -> f_min
+        np.fmin(out, pages.f_max[part], out=out)
+        loads.add(pages.host[part], out)
+        spend = float(np.einsum("i,i->", cost, out))
+        if weights is None:
+            return spend, 0.0, 0.0
+        return spend, *weighted_sums(inverse.objective, rate, weights[part], out)
+
+    parts = chunked(run, n, BLOCK_PAGES)
+    spend = math.fsum(a for a, _, _ in parts)
+    values = None
+    if weights is not None:
+        values = math.fsum(b for _, b, _ in parts), math.fsum(c for _, _, c in parts)
+    return f, loads.total(), spend, values
+
+
+class HostSums:
+    """Per-host sums accumulated by the threads of a pass, one array per thread."""
+
+    def __init__(self, n_hosts: int) -> None:
+        self.n_hosts = n_hosts
+        self.parts: dict[int, FloatArray] = {}
+
+    def add(self, host: NDArray[np.int64], values: NDArray[np.floating[Any]]) -> None:
+        if not self.n_hosts:
+            return
+        part = np.asarray(np.bincount(host, weights=values, minlength=self.n_hosts), np.float64)
+        mine = self.parts.get(threading.get_ident())
+        if mine is None:
+            self.parts[threading.get_ident()] = part
+        else:
+            mine += part
+
+    def total(self) -> FloatArray:
+        if not self.parts:
+            return np.zeros(self.n_hosts)
+        return np.asarray(np.sum(list(self.parts.values()), axis=0), dtype=np.float64)
+
+
+def chunked(run: Callable[[int], T], n: int, size: int = CHUNK_PAGES) -> list[T]:
     """``run(start)`` for every chunk of ``n`` pages, in threads where there are cores."""
-    starts = range(0, n, CHUNK_PAGES)
+    starts = range(0, n, size)
     threads = os.cpu_count() or 1
-    if threads == 1 or n <= CHUNK_PAGES:
+    if threads == 1 or n <= size:
         return [run(lo) for lo in starts]
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(run, starts))
@@ -207,25 +302,27 @@ def _boundary(
 
 
 def moments_of(
-    slot: IntArray,
-    c: FloatArray,
-    f: FloatArray,
-    d1: FloatArray,
-    d2: FloatArray,
-    kappa: FloatArray,
+    slot: SlotArray,
+    c: NDArray[np.floating[Any]],
+    f: NDArray[np.floating[Any]],
+    d1: NDArray[np.floating[Any]],
+    d2: NDArray[np.floating[Any]],
+    kappa: NDArray[np.floating[Any]],
     slots: int,
 ) -> FloatArray:
     """Sums per slot of f {1, c}, f' {1, c, c^2}, f''/2 {1, ..., c^3}, kappa {1, ..., c^4}.
 
     Slot 0 (hosts held at 0: no nu to move) needs only its spend's rows, 1, 4, 8 and 13:
-    dot products over all pages less the candidates' share.
+    dot products over all pages less the candidates' share. The candidates' terms are
+    summed in float64 whatever the pages' dtype.
     """
     out = np.zeros((MOMENTS, slots))
     held = np.flatnonzero(slot)
     if held.size:
         s = slot[held]
-        for row, term in _series(c[held], f[held], d1[held], d2[held], kappa[held]):
-            out[row] = bincount(s, term, slots)
+        series = _series(*(np.asarray(a[held], dtype=np.float64) for a in (c, f, d1, d2, kappa)))
+        for row, term in series:
+            out[row] = slot_sums(s, term, slots)
     weight = c.copy()
     for row, values in ((1, f), (4, d1), (8, d2), (13, kappa)):
         # einsum, not dot: BLAS would start threads of its own for every chunk
@@ -235,21 +332,20 @@ def moments_of(
     return out
 
 
-def sorted_moments(
-    slot: IntArray,
+def slot_moments(
+    slot: SlotArray,
     c: FloatArray,
-    f: FloatArray,
-    d1: FloatArray,
-    d2: FloatArray,
-    kappa: FloatArray,
+    f: NDArray[np.floating[Any]],
+    d1: NDArray[np.floating[Any]],
+    d2: NDArray[np.floating[Any]],
+    kappa: NDArray[np.floating[Any]],
     slots: int,
 ) -> FloatArray:
-    """:func:`moments_of` for pages of candidate hosts in runs of one slot: run sums."""
+    """:func:`moments_of` for pages of candidate hosts only: every row by slot."""
     out = np.zeros((MOMENTS, slots))
-    starts = np.concatenate([[0], np.flatnonzero(slot[1:] != slot[:-1]) + 1])
-    which = slot[starts]
-    for row, term in _series(c, f, d1, d2, kappa):
-        np.add.at(out[row], which, np.add.reduceat(term, starts))
+    arrays = (np.asarray(a, dtype=np.float64) for a in (f, d1, d2, kappa))
+    for row, term in _series(c, *arrays):
+        out[row] = slot_sums(slot, term, slots)
     return out
 
 

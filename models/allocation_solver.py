@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from models.allocation_table import inverse_of
+from models.freshness import FRESHNESS, Objective, freshness
 from models.rate_solver import bincount, map_chunks
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 TOLERANCE = 1e-11  # relative gap accepted on the budget and on each binding capacity
+_SMALL_R = 1e-3  # models.freshness's threshold for its series (r = rate / f)
 _SAMPLE = 1 << 16  # pages of the random sample that finds a start for the budget multiplier
 
 
@@ -118,10 +120,16 @@ class _HostSolver:
         )
 
     def _pages_of(self, binding: NDArray[np.bool_]) -> tuple[NDArray[Any], ...]:
-        """The binding hosts' pages (see ``_gather``), cached while the set is the same."""
+        """The binding hosts' pages (see ``_gather``), cached while the set is the same.
+
+        One more array at the end: each page's host as a position among the binding hosts
+        (the host searches run over those only, not over every host).
+        """
         key = np.packbits(binding).tobytes()
         if key != self._subset_key:
-            self._subset = self._gather(np.flatnonzero(binding[self.p.hosts]))
+            sub = self._gather(np.flatnonzero(binding[self.p.hosts]))
+            position = np.cumsum(binding) - 1
+            self._subset = (*sub, position[sub[1]])
             self._subset_key = key
         return self._subset
 
@@ -156,27 +164,29 @@ class _HostSolver:
         modification: the load can fall steeply where pages are about to be given up (the
         slope at one end says nothing of a page about to re-enter), which defeats Newton and
         makes bisection slow. Hosts that are done drop out, and their pages with them.
+        Per-host arrays hold the binding hosts only (a few of many, typically).
         """
-        p = self.p
-        n_hosts = binding.shape[0]
-        cap = p.host_capacity
+        n_all = binding.shape[0]
+        which = np.flatnonzero(binding)
+        n_hosts = which.shape[0]
+        cap = self.p.host_capacity[which]
         tol = self.tolerance * np.maximum(cap, 1e-300)
-        host_of, cost = sub[1], sub[6]
+        host_of, cost = sub[7], sub[6]
         # bracket [lo, hi] of each host's multiplier, with the load gaps at both ends
         lo, gap_lo = np.zeros(n_hosts), np.full(n_hosts, np.nan)
-        hi, gap_hi = self._upper_bounds(sub, n_hosts)
-        predicted = self.nu + self.nu_slope * (mu - self.mu)
-        guess = np.where(binding, np.clip(predicted, 0.0, hi), 0.0)
+        hi, gap_hi = self._upper_bounds(sub, n_hosts, cap)
+        predicted = self.nu[which] + self.nu_slope[which] * (mu - self.mu)
+        guess = np.clip(predicted, 0.0, hi)
         seen_hi = np.zeros(n_hosts, dtype=bool)  # hi evaluated (not just the a-priori bound)
         kept = np.zeros(n_hosts, dtype=np.int8)  # end the last step kept: 1 lo, -1 hi (Illinois)
         secants = np.zeros(n_hosts, dtype=np.int8)  # false-position steps since a bisection
-        live = binding.copy()
+        live = np.ones(n_hosts, dtype=bool)
         g_all, dg_all = np.empty(host_of.shape[0]), np.empty(host_of.shape[0])
         gap = np.zeros(n_hosts)
         pos = np.arange(host_of.shape[0])
         work = sub
         for _ in range(200):
-            w_host = work[1]
+            w_host = work[7]
             g, dg = self.page_frequencies(mu * work[6] + guess[w_host], work)
             g_all[pos], dg_all[pos] = g, dg
             gap = np.where(live, bincount(w_host, g, n_hosts) - cap, gap)
@@ -217,7 +227,7 @@ class _HostSolver:
         # Where float64 cannot resolve the multiplier (pages on the steep ramp at the edge
         # of being given up), mix the solutions at both ends of the bracket so the
         # capacity is used exactly.
-        unresolved = binding & (np.abs(gap) > tol) & np.isfinite(hi)
+        unresolved = (np.abs(gap) > tol) & np.isfinite(hi)
         if unresolved.any():
             g_lo, _ = self.page_frequencies(mu * cost + lo[host_of], sub)
             g_hi, _ = self.page_frequencies(mu * cost + hi[host_of], sub)
@@ -230,27 +240,30 @@ class _HostSolver:
             guess = np.where(unresolved, hi, guess)
         slope = bincount(host_of, dg_all, n_hosts)
         a = bincount(host_of, cost * dg_all, n_hosts)
+        nu, nu_slope = np.zeros(n_all), np.zeros(n_all)
+        nu[which] = guess
         with np.errstate(divide="ignore", invalid="ignore"):
-            nu_slope = np.where(binding & (slope < 0), -a / slope, 0.0)
-        return g_all, dg_all, np.where(binding, guess, 0.0), nu_slope
+            nu_slope[which] = np.where(slope < 0, -a / slope, 0.0)
+        return g_all, dg_all, nu, nu_slope
 
     def _upper_bounds(
-        self, sub: tuple[NDArray[Any], ...], n_hosts: int
+        self, sub: tuple[NDArray[Any], ...], n_hosts: int, cap: FloatArray
     ) -> tuple[FloatArray, FloatArray]:
         """A host multiplier at which every page of the host is at its minimum, and the gap.
 
         Only where phi is bounded (past ``limit / scale`` a page is given up); inf else.
+        Per binding host (``sub``'s last array numbers them).
         """
         if self._bounds_key != self._subset_key:
             limit = self.inverse.limit
+            host_of, scale = sub[7], sub[2]
             hi = np.full(n_hosts, np.inf)
             if np.isfinite(limit):
-                host_of, scale = sub[1], sub[2]
                 hi = np.zeros(n_hosts)
                 with np.errstate(divide="ignore"):
                     np.maximum.at(hi, host_of, np.where(scale > 0, limit / scale, 0.0))
                 hi = np.where(hi > 0, hi, np.inf)
-            floor = bincount(sub[1], sub[4], n_hosts) - self.p.host_capacity
+            floor = bincount(host_of, sub[4], n_hosts) - cap
             self._bounds = (hi, np.where(np.isfinite(hi), floor, np.nan))
             self._bounds_key = self._subset_key
         return self._bounds[0].copy(), self._bounds[1].copy()
@@ -264,22 +277,66 @@ class Solution:
     multiplier: float
     host_multipliers: FloatArray
     spent: float
+    # value-weighted freshness and objective summed on the way (None: not summed yet)
+    values: tuple[float, float] | None = None
+
+
+def weighted_sums(
+    objective: Objective, rates: FloatArray, weights: FloatArray, f: FloatArray
+) -> tuple[float, float]:
+    """Sums of weight x freshness and of weight x the objective's value (weight 0: none)."""
+    if objective.value is FRESHNESS.value:  # one evaluation serves both
+        total = float(np.einsum("i,i->", weights, fresh_values(rates, f)))
+        return total, total
+    fresh = freshness(rates, f)
+    value = objective.value(rates, f)
+    with np.errstate(invalid="ignore"):
+        counted = np.where(weights > 0, weights * value, 0.0)
+    return float(np.einsum("i,i->", weights, fresh)), float(np.sum(counted))
+
+
+def fresh_values(rates: FloatArray, f: FloatArray) -> FloatArray:
+    """:func:`models.freshness.freshness` for frequencies >= 0, the same floats, cheaper.
+
+    The closed form everywhere, then the series only where it is used (small r), instead
+    of both everywhere and a choice between them.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = rates / f
+        out = np.expm1(-r)
+        np.negative(out, out=out)
+        out /= r  # f = 0: 1 / inf = 0
+    small = np.flatnonzero(r < _SMALL_R)
+    if small.size:
+        r = r[small]
+        out[small] = 1.0 - r / 2.0 + r * r / 6.0
+    still = rates <= 0
+    if still.any():
+        out[still] = 1.0
+    return out
 
 
 def page_scale(problem: AllocationProblem) -> FloatArray:
     """Each page's scale in ``phi(rate / f) = m * scale``; inf where a visit gains nothing."""
     p = problem
-    scale = np.where(
-        p.weights > 0, p.objective.scale(p.rates, np.maximum(p.weights, 1e-300)), np.inf
-    )
-    return np.asarray(np.where(p.rates > 0, scale, np.inf), dtype=np.float64)
+    useless = p.weights <= 0
+    useless |= p.rates <= 0
+    any_useless = bool(useless.any())
+    weights = np.maximum(p.weights, 1e-300) if any_useless else p.weights
+    scale = np.asarray(p.objective.scale(p.rates, weights), dtype=np.float64)
+    if any_useless:
+        scale[useless] = np.inf
+    return scale
 
 
 def free_spend(problem: AllocationProblem, scale: FloatArray) -> float:
     """The spend at multiplier 0 without host capacities: every useful page at its maximum."""
     p = problem
-    top = np.where(np.isinf(scale), p.min_frequency, p.max_frequency)
-    return float(np.sum(p.costs * top))
+    nothing = np.isinf(scale)
+    if nothing.any():
+        top = np.where(nothing, p.min_frequency, p.max_frequency)
+        return float(np.sum(p.costs * top))
+    return float(np.einsum("i,i->", p.costs, p.max_frequency))
 
 
 def solve_direct(

@@ -17,6 +17,8 @@ error below 1e-9 in the multipliers of the pages on it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -71,6 +73,10 @@ class PhiInverse:
         self.edge_r = float(r[-1]) if self.bounded else 0.0
         # u = log(x) + log(limit) for bounded phi, x = t / (limit - t): fold the constant
         self.shift = self.u0 - (np.log(self.limit) if self.bounded else 0.0)
+        # float32 copies for cheap refreshes: exp(-y) at the nodes, and the coefficients
+        self.e0_single = np.exp(-log_r).astype(np.float32)
+        self.c1_single = self.c1.astype(np.float32)
+        self.c2_single = self.c2.astype(np.float32)
 
     def _u(self, t: FloatArray) -> FloatArray:
         with np.errstate(divide="ignore"):
@@ -83,43 +89,6 @@ class PhiInverse:
         if self.bounded:
             return np.asarray(self.limit / (t * (self.limit - t)), dtype=np.float64)
         return np.asarray(1.0 / t, dtype=np.float64)
-
-    def _read(
-        self, t: FloatArray, order: int
-    ) -> tuple[FloatArray, FloatArray, FloatArray | None, FloatArray, FloatArray | None]:
-        """y, dy/du, d2y/du2 (order 2, else None), du/dt and d2u/dt2 (order 2) at t."""
-        below = np.minimum(t, self.edge) if self.bounded else t
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if self.bounded:
-                gap = self.limit - below
-                s = np.log(below / gap)
-                inv_gap = 1.0 / gap
-            else:
-                s = np.log(below)
-            inv_t = 1.0 / below
-        s -= self.shift
-        s *= self.inv_h
-        np.clip(s, -1e300, 1e300, out=s)  # t = 0 (or inf): far along the end node's slope
-        nearest = s + 0.5
-        np.clip(nearest, 0.0, float(self.last), out=nearest)
-        index = nearest.astype(np.intp)  # the nearest node (the end node beyond the table)
-        s -= index  # the offset from it, in grid steps
-        c1, c2 = self.c1.take(index), self.c2.take(index)
-        yu = 2.0 * c2
-        yu *= s
-        yu += c1  # dy/du in grid steps
-        y = c2 * s
-        y += c1
-        y *= s
-        y += self.c0.take(index)
-        yu *= self.inv_h
-        du = inv_t + inv_gap if self.bounded else inv_t
-        if order < 2:
-            return y, yu, None, du, None
-        yuu = c2 * (2.0 * self.inv_h * self.inv_h)
-        ddu = inv_t * inv_t
-        ddu = inv_gap * inv_gap - ddu if self.bounded else -ddu
-        return y, yu, yuu, du, ddu
 
     def frequency(
         self,
@@ -136,32 +105,111 @@ class PhiInverse:
         return f, d1
 
     def raw_expansion(
-        self, t: FloatArray, rate: FloatArray, scale: FloatArray, order: int = 2
-    ) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """Unclipped f, df/dm and d2f/dm2 / 2 (empty if order 1) at t = m * scale.
+        self,
+        t: FloatArray,
+        rate: NDArray[np.floating[Any]],
+        scale: NDArray[np.floating[Any]],
+        order: int = 2,
+        dtype: type[np.floating[Any]] = np.float64,
+    ) -> tuple[NDArray[Any], NDArray[Any], NDArray[Any]]:
+        """Unclipped f, df/dm and d2f/dm2 / 2 at t = m * scale (up to ``order``; empty beyond).
 
-        On the ramp below phi's limit f is linear in m (second coefficient 0).
+        ``t`` is float64; the rest is computed in ``dtype`` (``rate`` and ``scale`` must
+        be of it). float32 is good to a few 1e-7 relative: for refreshes whose boxes are
+        not final (the offset from the node is exact, and the node's own ``exp(-y)``
+        comes from a float32 table of its own rather than from a float32 ``y``).
+
+        With ``x = t / (limit - t)`` (0 for unbounded phi), ``u = log x + const`` and
+        ``A = dy/du``: ``m df/dm = -f A (1 + x)`` and ``m^2 d2f/dm2 = f (1 + x)
+        ((A^2 - y'') (1 + x) - A (x - 1))``. On the ramp below phi's limit f is linear in
+        m (second coefficient 0).
         """
-        y, yu, yuu, du, ddu = self._read(t, order)
+        single = dtype is np.float32
+        if self.bounded:
+            below = np.minimum(t, self.edge)
+            x = self.limit - below
+            np.divide(below, x, out=x)
+        else:
+            below = t
+            x = t
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s = np.log(x)
+            inv_m = np.divide(scale, below, dtype=dtype) if order >= 1 else x  # 1 / m
+        s -= self.shift
+        s *= self.inv_h
+        np.clip(s, -1e300, 1e300, out=s)  # t = 0 (or inf): far along the end node's slope
+        nearest = s + 0.5
+        np.clip(nearest, 0.0, float(self.last), out=nearest)
+        index = nearest.astype(np.intp)  # the nearest node (the end node beyond the table)
+        s -= index  # the offset from it, in grid steps
+        with np.errstate(over="ignore"):  # t = 0 (pinned pages): inf, and f goes to f_min
+            offset: NDArray[Any] = s.astype(np.float32) if single else s
+        c1: NDArray[Any] = (self.c1_single if single else self.c1).take(index)
+        c2: NDArray[Any] = (self.c2_single if single else self.c2).take(index)
+        empty = np.zeros(0, dtype=dtype)
         with np.errstate(over="ignore", invalid="ignore"):
-            raw = np.exp(-y)
+            raw = c2 * offset
+            slope = raw + raw if order >= 1 else empty
+            raw += c1
+            raw *= offset
+            if single:
+                np.negative(raw, out=raw)
+                np.exp(raw, out=raw)
+                raw *= self.e0_single.take(index)
+            else:
+                raw += self.c0.take(index)
+                np.negative(raw, out=raw)
+                np.exp(raw, out=raw)
             raw *= rate
-            g1 = yu * du  # -d log f / dt
-            d1 = -raw * g1 * scale
-            d2 = np.zeros(0)
-            if yuu is not None and ddu is not None:  # d2f/dt2 = f ((y' u')^2 - y'' u'^2 - y' u'')
-                d2 = g1 * g1
-                d2 -= yuu * du * du
-                d2 -= yu * ddu
+            if order < 1:
+                return self._ramp(t, rate, scale, raw, empty, empty)
+            slope += c1  # dy/du in grid steps
+            slope *= self.inv_h  # A
+            if self.bounded:
+                g: NDArray[Any] = x.astype(dtype) if single else x
+                less = g - 1.0
+                g += 1.0
+            else:
+                g = np.ones_like(raw)
+                less = -g
+            d1 = slope * g
+            d2 = empty
+            if order >= 2:
+                d2 = slope * slope
+                c2 *= 2.0 * self.inv_h * self.inv_h  # y''
+                d2 -= c2
+                d2 *= g
+                less *= slope
+                d2 -= less
+                d2 *= g
                 d2 *= raw
-                d2 *= 0.5 * scale * scale
+            d1 *= raw
+            d1 *= inv_m
+            np.negative(d1, out=d1)
+            if order >= 2:
+                inv_m *= inv_m
+                inv_m *= 0.5
+                d2 *= inv_m
+        return self._ramp(t, rate, scale, raw, d1, d2)
+
+    def _ramp(
+        self,
+        t: FloatArray,
+        rate: NDArray[Any],
+        scale: NDArray[Any],
+        raw: NDArray[Any],
+        d1: NDArray[Any],
+        d2: NDArray[Any],
+    ) -> tuple[NDArray[Any], NDArray[Any], NDArray[Any]]:
+        """Pages on the ramp below phi's limit: f linear in m (computed ones are empty)."""
         if self.bounded and t.size and float(np.max(t)) > self.edge:
             ramp = np.flatnonzero(t > self.edge)
             width = self.limit - self.edge
             share = np.clip((self.limit - t[ramp]) / width, 0.0, 1.0)
             top = rate[ramp] / self.edge_r
             raw[ramp] = top * share
-            d1[ramp] = np.where(share > 0, -top * scale[ramp] / width, 0.0)
+            if d1.size:
+                d1[ramp] = np.where(share > 0, -top * scale[ramp] / width, 0.0)
             if d2.size:
                 d2[ramp] = 0.0
         return raw, d1, d2
