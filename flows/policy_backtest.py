@@ -65,6 +65,18 @@ def add_backtest_arguments(parser: argparse.ArgumentParser) -> None:
         "--window", help="days averaged, FIRST-LAST (default: the second half of the run)"
     )
     parser.add_argument(
+        "--lm-honest",
+        type=float,
+        default=0.5,
+        help="share of hosts whose Last-Modified is the true last change (assumed 0.5)",
+    )
+    parser.add_argument(
+        "--lm-now",
+        type=float,
+        default=0.25,
+        help='share of hosts stamping every answer "now" (assumed 0.25; the rest send none)',
+    )
+    parser.add_argument(
         "--out", type=Path, help="report folder (default data/reports/backtest-<workload>)"
     )
 
@@ -95,6 +107,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         policies=policies,
         window=window,
         solve_every=args.solve_every,
+        last_modified_honest=args.lm_honest,
+        last_modified_now=args.lm_now,
     )
     out = args.out or Path("data/reports") / f"backtest-{args.workload}"
     run = run_policy_backtest(config, out)

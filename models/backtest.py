@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from models.backtest_last_modified import LastModifiedClock, LastModifiedShares
 from models.backtest_learning import (
     MixturePriorLearner,
     NaiveLearner,
@@ -79,6 +80,10 @@ class BacktestConfig:
     shift_day: int | None = None
     #: days between the learners' re-estimations (and re-allocations)
     solve_every: int = 1
+    #: shares of hosts whose Last-Modified is honest / a "now" stamp (the rest send none);
+    #: an assumption (``models/backtest_last_modified.py``)
+    last_modified_honest: float = 0.5
+    last_modified_now: float = 0.25
 
     def checked_window(self) -> tuple[int, int]:
         lo, hi = self.window or (self.days // 2, self.days)
@@ -231,6 +236,7 @@ def run_backtest(config: BacktestConfig, workload: Workload | None = None) -> Ba
             seed=config.seed,
             host_capacity=config.host_capacity,
             shift_day=config.shift_day or config.days // 2,
+            last_modified=LastModifiedShares(config.last_modified_honest, config.last_modified_now),
         )
     budget = workload.web.budget_for_share(config.budget_share)
     ctx = PolicyContext(workload, budget, config)
@@ -243,6 +249,9 @@ def run_backtest(config: BacktestConfig, workload: Workload | None = None) -> Ba
         budget,
         window=window,
         tracked=workload.truth.shift_pages,
+        last_modified=LastModifiedClock(
+            workload.truth.on_day(0), workload.page_last_modified(), seed=config.seed
+        ),
     )
     bands = freshness_by_band(workload, totals, window)
     summary = [summarize(p.name, daily[p.name], window, budget) for p in policies]
@@ -252,7 +261,8 @@ def run_backtest(config: BacktestConfig, workload: Workload | None = None) -> Ba
         budget,
         window,
         workload.name,
-        workload.description,
+        f"{workload.description}; Last-Modified honest on {config.last_modified_honest:.0%} "
+        f'of the hosts, "now" on {config.last_modified_now:.0%}',
         daily,
         summary,
         notes,

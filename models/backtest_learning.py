@@ -28,8 +28,9 @@ from numpy.typing import NDArray
 from models.backtest_web import BacktestInputError, FloatArray, IntArray, RateSchedule
 from models.change_rate import MAX_RATE, MIN_RATE, estimate_from_moments
 from models.mixture_prior import DecayedMoments, MixturePrior, fit_mixture_prior
-from models.rate_data import GammaPrior, PageMoments
+from models.rate_data import GammaPrior, PageAges, PageMoments, moments_with_last_modified
 from models.rate_prior import fit_group_priors
+from models.validators import LM_CODES, judge_last_modified
 
 BoolArray = NDArray[np.bool_]
 
@@ -38,11 +39,25 @@ class PageObservations:
     """Per-page sufficient statistics of a crawler's own observations (updated in place).
 
     Every page starts with one observation at day 0 (the seed crawl every policy shares),
-    so the first revisit of a page yields its first interval.
+    so the first revisit of a page yields its first interval. Where fetches come with a
+    Last-Modified header, each is judged as the product judges stored history
+    (``models.validators.judge_last_modified``): the ages it tells are summed per page and
+    its evidence per host, and :meth:`moments` lets in the ages of trusted hosts only.
     """
 
-    def __init__(self, n_pages: int, *, recent_half_life: float | None = None) -> None:
+    def __init__(
+        self,
+        n_pages: int,
+        *,
+        recent_half_life: float | None = None,
+        hosts: IntArray | None = None,
+    ) -> None:
         self.size = n_pages
+        self.hosts = hosts if hosts is not None else np.zeros(n_pages, dtype=np.int64)
+        n_hosts = int(self.hosts.max()) + 1 if n_pages else 1
+        self.host_evidence = np.zeros((n_hosts, LM_CODES), dtype=np.int64)
+        self.ages = PageAges.zeros(n_pages)
+        self.last_modified = np.full(n_pages, np.nan)
         self.recent = DecayedMoments.zeros(n_pages) if recent_half_life else None
         self._half_life = recent_half_life or np.inf
         self._decayed_to = 0.0
@@ -54,12 +69,36 @@ class PageObservations:
         self.changed_sum_sq = np.zeros(n_pages)
         self.changed_sum_cube = np.zeros(n_pages)
 
-    def record(self, day: float, pages: IntArray, changed: BoolArray) -> FloatArray:
+    def record_seed(self, last_modified: FloatArray) -> None:
+        """The seed crawl's Last-Modified headers (every page fetched at day 0)."""
+        if last_modified.shape != (self.size,):
+            raise BacktestInputError("the seed crawl needs one Last-Modified per page")
+        pages = np.arange(self.size, dtype=np.int64)
+        first = np.full(self.size, -1, dtype=np.int8)
+        none = np.full(self.size, np.nan)
+        self._judge(pages, np.zeros(self.size), last_modified, none, first, np.zeros(self.size))
+
+    def record(
+        self,
+        day: float,
+        pages: IntArray,
+        changed: BoolArray,
+        last_modified: FloatArray | None = None,
+    ) -> FloatArray:
         """Add the observations of ``pages`` fetched at ``day``; returns their intervals."""
         interval = day - self.last_fetch[pages]
         if pages.shape[0] and not (interval > 0).all():
             raise BacktestInputError("a page was observed twice at the same time")
         hit = np.asarray(changed, dtype=bool)
+        if last_modified is not None:
+            self._judge(
+                pages,
+                np.full(pages.shape[0], float(day)),
+                last_modified,
+                self.last_fetch[pages],
+                hit.astype(np.int8),
+                interval,
+            )
         t_changed = np.where(hit, interval, 0.0)
         self.n_intervals[pages] += 1
         self.n_changed[pages] += hit
@@ -74,11 +113,42 @@ class PageObservations:
             self.recent.add(pages, hit, interval)
         return interval
 
+    def _judge(
+        self,
+        pages: IntArray,
+        fetched: FloatArray,
+        last_modified: FloatArray,
+        previous_fetch: FloatArray,
+        changed: NDArray[np.int8],
+        interval: FloatArray,
+    ) -> None:
+        days, dated, evidence = judge_last_modified(
+            fetched, last_modified, previous_fetch, self.last_modified[pages], changed
+        )
+        np.add.at(self.host_evidence, (self.hosts[pages], evidence), 1)
+        aged = np.isfinite(days)
+        a, page = self.ages, pages[aged]
+        a.count[page] += dated[aged]
+        a.days[page] += days[aged]
+        t = np.where(changed[aged] == 1, interval[aged], 0.0)
+        a.n_changed[page] += changed[aged] == 1
+        a.changed_sum[page] += t
+        a.changed_sum_sq[page] += t * t
+        a.changed_sum_cube[page] += t * t * t
+        self.last_modified[pages] = last_modified
+
     def days_since(self, day: float) -> FloatArray:
         return day - self.last_fetch
 
     def moments(self) -> PageMoments:
-        """The statistics as the estimators take them (views, not copies)."""
+        """The statistics as the planner's estimator takes them: the censored sums, and the
+        Last-Modified ages of trusted hosts (``moments_with_last_modified``, the product's)."""
+        return moments_with_last_modified(
+            self.censored_moments(), self.ages, self.host_evidence, self.hosts
+        )
+
+    def censored_moments(self) -> PageMoments:
+        """ "Changed since the last visit" alone (views, not copies)."""
         return PageMoments(
             np.arange(self.size, dtype=np.int64),
             self.n_intervals,
@@ -157,7 +227,8 @@ class MixturePriorLearner:
     The mixture is refitted on ``refit`` days (warm-started from the last fit); every day
     each page gets the component its observations make more probable. With
     ``recent_half_life`` (days) the policy also keeps discounted sums, and group levels are
-    fitted on those: a group that wakes up is noticed within days, not months.
+    fitted on those: a group that wakes up is noticed within days, not months (those
+    discounted sums are "changed since the last visit" only, without Last-Modified ages).
     """
 
     def __init__(

@@ -64,14 +64,27 @@ class Policy:
             raise BacktestInputError(f"budget must be positive and finite, got {budget}")
         self.web = web
         self.budget = float(budget)
-        self.observations = PageObservations(web.size, recent_half_life=recent_half_life)
+        self.observations = PageObservations(
+            web.size, recent_half_life=recent_half_life, hosts=web.hosts
+        )
         self.spent_by_reason: dict[str, float] = {}
 
     def choose(self, day: int) -> IntArray:
         raise NotImplementedError
 
-    def observe(self, day: int, pages: IntArray, changed: BoolArray) -> None:
-        self.observations.record(day, pages, changed)
+    def observe_seed(self, last_modified: FloatArray) -> None:
+        """The seed crawl's Last-Modified headers (days; NaN where none was sent)."""
+        self.observations.record_seed(last_modified)
+
+    def observe(
+        self,
+        day: int,
+        pages: IntArray,
+        changed: BoolArray,
+        last_modified: FloatArray | None = None,
+    ) -> None:
+        """What the day's fetches found, with the Last-Modified headers if any were sent."""
+        self.observations.record(day, pages, changed, last_modified)
 
 
 # --------------------------------------------------------------------------- the planner
@@ -239,8 +252,14 @@ class UniformPolicy(SchedulePolicy):
         slot = (self._tiebreak + 0.5) / web.size  # evenly spread phases in (0, 1)
         self.next_due = np.maximum(slot * self.interval, _EPS)
 
-    def observe(self, day: int, pages: IntArray, changed: BoolArray) -> None:
-        super().observe(day, pages, changed)
+    def observe(
+        self,
+        day: int,
+        pages: IntArray,
+        changed: BoolArray,
+        last_modified: FloatArray | None = None,
+    ) -> None:
+        super().observe(day, pages, changed, last_modified)
         interval = self.interval[pages]
         scheduled = self.next_due[pages] + interval
         self.next_due[pages] = np.maximum(scheduled, day + interval - 1.0)
@@ -353,9 +372,9 @@ class NutchPolicy(SchedulePolicy):
     unchanged: interval x (1 + inc_rate). With ``sync_delta``, ``delta`` = fetch time - last
     modification; the interval is at least ``delta`` and the next fetch is
     ``fetch - sync_delta_rate * delta + interval``. The interval is kept within its bounds.
-    The crawler knows a modification time only from its own change detections (the
-    simulated pages send no Last-Modified). A page's first revisit after the seed crawl is
-    spread uniformly over the initial interval, as if the pages had been injected over it.
+    The modification time is the fetch time of a detected change (Nutch sets it so for a
+    page found modified, whatever Last-Modified said). A page's first revisit after the seed
+    crawl is spread uniformly over the initial interval, as if the pages had been injected over it.
     """
 
     name = "nutch"
@@ -370,8 +389,14 @@ class NutchPolicy(SchedulePolicy):
         spread = np.random.default_rng([seed, 12]).random(web.size)
         self.next_due = np.maximum((1.0 - spread) * s.initial_days, _EPS)
 
-    def observe(self, day: int, pages: IntArray, changed: BoolArray) -> None:
-        super().observe(day, pages, changed)
+    def observe(
+        self,
+        day: int,
+        pages: IntArray,
+        changed: BoolArray,
+        last_modified: FloatArray | None = None,
+    ) -> None:
+        super().observe(day, pages, changed, last_modified)
         interval, next_due, modified = nutch_update(
             self.settings, self.interval[pages], self.modified[pages], float(day), changed
         )
@@ -427,8 +452,14 @@ class StormCrawlerPolicy(SchedulePolicy):
         self.interval = np.full(web.size, s.initial_days)
         self.next_due = np.full(web.size, s.initial_days)
 
-    def observe(self, day: int, pages: IntArray, changed: BoolArray) -> None:
-        super().observe(day, pages, changed)
+    def observe(
+        self,
+        day: int,
+        pages: IntArray,
+        changed: BoolArray,
+        last_modified: FloatArray | None = None,
+    ) -> None:
+        super().observe(day, pages, changed, last_modified)
         interval = stormcrawler_update(self.settings, self.interval[pages], changed)
         self.interval[pages] = interval
         self.next_due[pages] = day + interval

@@ -22,6 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
+from models.backtest_last_modified import LastModifiedClock
 from models.backtest_policies import Policy
 from models.backtest_web import BacktestInputError, DayChanges, FloatArray, IntArray, PublicWeb
 
@@ -101,6 +102,7 @@ def simulate(
     *,
     window: tuple[int, int] | None = None,
     tracked: IntArray | None = None,
+    last_modified: LastModifiedClock | None = None,
 ) -> tuple[dict[str, DailyMetrics], PageTotals]:
     """Run ``policies`` for ``days`` days (day 0 is the seed crawl).
 
@@ -108,6 +110,9 @@ def simulate(
     of ``window`` (first, last + 1; default the second half) and its fetches in them, to
     break results down.
     ``tracked`` pages get their own freshness series (``tracked_freshness``).
+    With ``last_modified``, every fetch (the seed crawl's included) comes with the
+    Last-Modified header the page's host sends (``models/backtest_last_modified.py``);
+    without it, none does.
     """
     if days < 2:
         raise BacktestInputError(f"a backtest needs at least 2 days, got {days}")
@@ -121,6 +126,10 @@ def simulate(
     page_fresh = {p.name: np.zeros(web.size) for p in policies}
     page_fetches = {p.name: np.zeros(web.size) for p in policies}
     series = {p.name: {m: np.zeros(days) for m in METRICS} for p in policies}
+    if last_modified is not None:
+        seed_headers = last_modified.headers(np.arange(web.size), 0.0)
+        for policy in policies:
+            policy.observe_seed(seed_headers)
     for day in range(days):
         today = changes.on_day(day)
         happened = today.count.astype(np.float64)
@@ -137,7 +146,8 @@ def simulate(
                 changed = copy.stale_since[batch] < day
                 copy.stale_since[batch] = np.inf
                 copy.last_fetch[batch] = day
-                policy.observe(day, batch, changed)
+                headers = None if last_modified is None else last_modified.headers(batch, day)
+                policy.observe(day, batch, changed, headers)
                 if lo <= day < hi:
                     page_fetches[policy.name][batch] += 1.0
                 row["fetches"][day] = batch.shape[0]
@@ -158,6 +168,8 @@ def simulate(
                 row["tracked_freshness"][day] = np.nan
             row["true_changes"][day] = true_changes
             row["true_change_value"][day] = true_value
+        if last_modified is not None:
+            last_modified.advance(day, today)
         if day % 10 == 0:
             log.debug("backtest day %d of %d done", day, days)
     daily = {name: DailyMetrics(**values) for name, values in series.items()}

@@ -109,10 +109,12 @@ class RateSchedule:
 
 @dataclass(frozen=True)
 class DayChanges:
-    """One day's changes: offset of each page's first change in the day (inf if none), count."""
+    """One day's changes: offsets of each page's first and last change in the day (inf if
+    none), and how many there were."""
 
     first: FloatArray
     count: IntArray
+    last: FloatArray
 
 
 class ChangeStream:
@@ -140,4 +142,11 @@ def draw_day_changes(rates: FloatArray, *, seed: int, day: int) -> DayChanges:
     count = np.zeros(rates.shape[0], dtype=np.int64)
     count[changed] = 1 + rng.poisson(rates[changed] * (1.0 - first[changed]))
     first[~changed] = np.inf
-    return DayChanges(first, count)
+    # The last change (what an honest Last-Modified reports) on a stream of its own, so the
+    # first changes and counts stay those of runs without it: the latest of count - 1
+    # uniform times after the first is first + (1 - first) U^(1 / (count - 1)).
+    u = np.random.default_rng([seed, 8, day]).random(rates.shape[0])
+    more = np.maximum(count - 1, 1).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        last = np.where(count > 1, first + (1.0 - first) * u ** (1.0 / more), first)
+    return DayChanges(first, count, last)

@@ -18,11 +18,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
+from models.backtest_last_modified import LM_ABSENT, LastModifiedShares, host_behaviour
 from models.backtest_web import (
     BacktestInputError,
     FloatArray,
@@ -59,6 +60,15 @@ class Workload:
     truth: RateSchedule
     group_class: IntArray  # per group: 0 static, 1 middle, 2 fast (description only)
     description: str
+    #: per host, what its Last-Modified is (``models/backtest_last_modified.py`` codes;
+    #: None: no host sends one). Truth: only the simulator reads it.
+    last_modified: IntArray | None = None
+
+    def page_last_modified(self) -> IntArray:
+        """Each page's Last-Modified behaviour (its host's)."""
+        if self.last_modified is None:
+            return np.full(self.web.size, LM_ABSENT, dtype=np.int64)
+        return self.last_modified[self.web.hosts]
 
 
 def build_workload(
@@ -68,15 +78,24 @@ def build_workload(
     seed: int = 0,
     host_capacity: float = DEFAULT_HOST_CAPACITY,
     shift_day: int = 30,
+    last_modified: LastModifiedShares | None = None,
 ) -> Workload:
-    """One of :data:`WORKLOADS` with ``n_pages`` pages."""
+    """One of :data:`WORKLOADS` with ``n_pages`` pages.
+
+    ``last_modified`` gives the shares of hosts whose Last-Modified is honest or a "now"
+    stamp (default :class:`LastModifiedShares`: half honest, a quarter "now"); drawn on a
+    stream of their own, so the pages and rates do not depend on them.
+    """
     if name == "measured":
-        return measured_web(n_pages, seed=seed, host_capacity=host_capacity)
-    if name == "shop":
-        return shop_web(n_pages, seed=seed, host_capacity=host_capacity)
-    if name == "shift":
-        return shifting_web(n_pages, seed=seed, host_capacity=host_capacity, shift_day=shift_day)
-    raise BacktestInputError(f"unknown workload {name!r}; use one of {', '.join(WORKLOADS)}")
+        work = measured_web(n_pages, seed=seed, host_capacity=host_capacity)
+    elif name == "shop":
+        work = shop_web(n_pages, seed=seed, host_capacity=host_capacity)
+    elif name == "shift":
+        work = shifting_web(n_pages, seed=seed, host_capacity=host_capacity, shift_day=shift_day)
+    else:
+        raise BacktestInputError(f"unknown workload {name!r}; use one of {', '.join(WORKLOADS)}")
+    shares = last_modified or LastModifiedShares()
+    return replace(work, last_modified=host_behaviour(work.web.n_hosts, shares, seed=seed))
 
 
 def measured_web(

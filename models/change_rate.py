@@ -74,6 +74,9 @@ IntArray = NDArray[np.int64]
 #: Default clamp on estimated rates, changes/day (Kolobov et al., NeurIPS 2019).
 MIN_RATE = 0.0005
 MAX_RATE = 7.0
+#: The clamp for pages with a trusted Last-Modified age: daily "changed or not" cannot tell
+#: 7 changes a day from 30, but the time since the last change can.
+MAX_AGED_RATE = 50.0
 #: z for the reported two-sided 90% interval.
 _Z90 = 1.6448536269514722
 
@@ -236,7 +239,8 @@ def _estimate(
             shape, rate_param = chunk_prior.per_page(hi - lo)
             rate, curvature = _posterior_mode(stats, shape, rate_param)
             prior_rate = shape / rate_param
-        rate = np.minimum(np.maximum(rate, min_rate), max_rate)
+        cap = rate_cap(stats.ages()[0], max_rate)
+        rate = np.minimum(np.maximum(rate, min_rate), cap)
         log_std = 1.0 / np.sqrt(curvature)
         spread = np.exp(_Z90 * log_std)
         low, high = rate / spread, rate * spread
@@ -244,14 +248,15 @@ def _estimate(
             # Without an observed change the likelihood exp(-rate U) is conjugate: the
             # posterior is exactly Gamma(a, b + U), whose quantiles replace the Laplace
             # interval (which cannot reach toward zero, where such a posterior has its mass).
+            aged_count, aged_days = stats.ages()
             quiet = np.flatnonzero(stats.n_changed == 0)
-            quiet_prior = GammaPrior(shape[quiet], rate_param[quiet])
-            days = stats.unchanged_days[quiet]
+            quiet_prior = GammaPrior(shape[quiet] + aged_count[quiet], rate_param[quiet])
+            days = stats.unchanged_days[quiet] + aged_days[quiet]
             low[quiet] = quiet_prior.quantile(0.05, days)
             high[quiet] = quiet_prior.quantile(0.95, days)
         out["rate"][lo:hi] = rate
         out["log_std"][lo:hi] = log_std
-        out["low"][lo:hi] = np.minimum(low, max_rate)
+        out["low"][lo:hi] = np.minimum(low, cap)
         out["high"][lo:hi] = np.maximum(high, min_rate)
         out["prior"][lo:hi] = prior_rate
 
@@ -264,10 +269,19 @@ def _estimate(
         rate_low=out["low"],
         rate_high=out["high"],
         n_intervals=pages.n_intervals,
-        n_changed=pages.n_changed,
-        observed_days=pages.unchanged_days + pages.changed_days,
+        n_changed=pages.all_changed if isinstance(pages, PageMoments) else pages.n_changed,
+        observed_days=(
+            pages.observed_days
+            if isinstance(pages, PageMoments)
+            else pages.unchanged_days + pages.changed_days
+        ),
         prior_rate=out["prior"],
     )
+
+
+def rate_cap(aged_count: FloatArray, max_rate: float = MAX_RATE) -> FloatArray:
+    """Per page the highest rate reported: ``MAX_AGED_RATE`` where a trusted age was seen."""
+    return np.where(aged_count > 0, max(max_rate, MAX_AGED_RATE), max_rate)
 
 
 def _smoothed_mle(stats: IntervalStats) -> tuple[FloatArray, FloatArray]:
@@ -279,18 +293,23 @@ def _smoothed_mle(stats: IntervalStats) -> tuple[FloatArray, FloatArray]:
     p = stats.size
     zeros = np.zeros(p)
     rate, curv = _posterior_mode(stats, zeros, zeros)
-    seen = stats.n_intervals > 0
+    aged_count, aged_days = stats.ages()
+    seen = (stats.n_intervals > 0) | (aged_days > 0)
     half = 0.5 * (stats.unchanged_days + stats.changed_days) / np.maximum(stats.n_intervals, 1)
+    half = np.where(stats.n_intervals > 0, half, 0.5 * aged_days)
     # Never changed: one imaginary changed half-interval h against U + h unchanged days,
-    # h / (exp(r h) - 1) = U + h, solved in closed form.
-    quiet = np.flatnonzero(seen & (stats.n_changed == 0))
-    h, total = half[quiet], stats.unchanged_days[quiet] + half[quiet]
+    # h / (exp(r h) - 1) = U + h, solved in closed form. (A trusted age is a change: a page
+    # with one has a finite MLE, K / (U + S) without censored changes.)
+    quiet = np.flatnonzero(seen & (stats.n_changed == 0) & (aged_count == 0))
+    h, total = half[quiet], stats.unchanged_days[quiet] + aged_days[quiet] + half[quiet]
     r_quiet = np.log1p(h / total) / h
     rate[quiet] = r_quiet
     em1 = np.expm1(r_quiet * h)
     curv[quiet] = r_quiet**2 * h * h * (em1 + 1.0) / em1**2
     # Changed at every visit: add the two half-intervals and solve those pages alone.
-    busy = np.flatnonzero(seen & (stats.n_changed == stats.n_intervals))
+    busy = np.flatnonzero(
+        seen & (stats.n_changed == stats.n_intervals) & (aged_days == 0) & (aged_count == 0)
+    )
     if busy.shape[0]:
         sub = select_pages(stats, busy)
         padded = IntervalStats(
@@ -318,11 +337,14 @@ def _posterior_mode(
     start: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Posterior mode in log-rate and its curvature for every page (see rate_solver)."""
+    # Trusted Last-Modified ages add ``K log r - r S``: Gamma-conjugate, so they enter as
+    # K more pseudo-changes and S more pseudo-days.
+    aged_count, aged_days = stats.ages()
     return solve_posterior_mode(
         stats.node_page,
         stats.node_days,
         stats.node_weight,
-        stats.unchanged_days + rate_param,
-        shape,
+        stats.unchanged_days + rate_param + aged_days,
+        shape + aged_count,
         start=start,
     )

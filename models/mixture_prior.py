@@ -26,6 +26,11 @@ Estimates: every page the group component explains better gets the posterior mod
 its group's Gamma (``estimate_from_moments`` with a per-group ``GammaPrior``, unchanged);
 an odd page gets its posterior under ``level_prior``, computed on the grid (geometric mean
 and standard deviation of the rate). Pages with no history get their group's prior.
+
+Trusted Last-Modified ages (``PageMoments.aged_count`` / ``aged_days``, see
+``models.rate_data.with_trusted_ages``) add ``K log r - r S`` to a page's log-likelihood:
+on the grid, to the pooled group levels, and in closed form against a Gamma (a page with no
+censored changed interval keeps an exact marginal likelihood).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, special
 
-from models.change_rate import MAX_RATE, MIN_RATE, estimate_from_moments
+from models.change_rate import MIN_RATE, estimate_from_moments, rate_cap
 from models.rate_data import GammaPrior, IntervalStats, PageMoments, RateEstimates, group_codes
 from models.rate_solver import bincount, two_point_quadrature
 
@@ -69,6 +74,10 @@ class DecayedMoments:
     changed_sum: FloatArray
     changed_sum_sq: FloatArray
     changed_sum_cube: FloatArray
+    #: trusted Last-Modified ages (count, sum of days), as in ``PageMoments``; the decayed
+    #: sums a learner keeps (``add``) carry none
+    aged_count: FloatArray | None = None
+    aged_days: FloatArray | None = None
 
     @classmethod
     def zeros(cls, size: int) -> DecayedMoments:
@@ -99,7 +108,18 @@ class DecayedMoments:
         self.changed_sum_cube[pages] += t * t * t
 
     def rows(self, index: IntArray) -> DecayedMoments:
-        return DecayedMoments(*(values[index] for values in self.arrays()))
+        count, days = self.aged_count, self.aged_days
+        n_int, n_chg, unchanged, s1, s2, s3 = (values[index] for values in self.arrays())
+        return DecayedMoments(
+            n_int,
+            n_chg,
+            unchanged,
+            s1,
+            s2,
+            s3,
+            aged_count=None if count is None else count[index],
+            aged_days=None if days is None else days[index],
+        )
 
 
 @dataclass(frozen=True)
@@ -129,7 +149,7 @@ class MixturePrior:
         est = estimate_from_moments(moments, prior=self.group_gamma(groups))
         rate, log_std = est.rate.copy(), est.log_std.copy()
         odd = np.zeros(moments.size)
-        seen = np.flatnonzero(moments.n_intervals > 0)
+        seen = np.flatnonzero((moments.n_intervals > 0) | (moments.ages()[1] > 0))
         g_shape, g_rate = group_gamma_parameters(
             self.shape, self.group_log_rate, self.group_log_var
         )
@@ -144,7 +164,8 @@ class MixturePrior:
             p_odd = special.expit(log_odd_prior + log_odd - log_group)
             odd[pages] = p_odd
             use = p_odd > 0.5
-            rate[pages[use]] = np.clip(np.exp(mean_log[use]), MIN_RATE, MAX_RATE)
+            cap = rate_cap(moments.ages()[0][pages[use]])
+            rate[pages[use]] = np.clip(np.exp(mean_log[use]), MIN_RATE, cap)
             log_std[pages[use]] = sd_log[use]
 
         _in_blocks(seen.shape[0], block)
@@ -173,10 +194,10 @@ def estimate_with_mixture_prior(
         rate=rate,
         log_std=log_std,
         rate_low=np.maximum(rate / spread, MIN_RATE),
-        rate_high=np.minimum(rate * spread, MAX_RATE),
+        rate_high=np.minimum(rate * spread, rate_cap(moments.ages()[0])),
         n_intervals=moments.n_intervals,
-        n_changed=moments.n_changed,
-        observed_days=moments.unchanged_days + moments.changed_sum,
+        n_changed=moments.all_changed,
+        observed_days=moments.observed_days,
         prior_rate=prior.group_mean[codes],
     )
     return estimates, prior
@@ -202,7 +223,7 @@ def fit_mixture_prior(
     """
     n_groups = int(groups.max()) + 1 if groups.shape[0] else 1
     flat = np.full(_GRID.shape[0], 1.0 / _GRID.shape[0])
-    observed = np.flatnonzero(moments.n_intervals > 0)
+    observed = np.flatnonzero((moments.n_intervals > 0) | (moments.ages()[1] > 0))
     if observed.shape[0] == 0:  # nothing seen: no group is known, every level possible
         centre = float(flat @ _GRID)
         spread = float(flat @ _GRID**2) - centre**2
@@ -225,6 +246,8 @@ def fit_mixture_prior(
             part.changed_sum,
             part.changed_sum_sq,
             part.changed_sum_cube,
+            part.aged_count,
+            part.aged_days,
         )
     )
 
@@ -335,8 +358,12 @@ def _group_levels(
     loglik = (
         _log_changed(t1, w1) + _log_changed(t2, w2) - pooled(part.unchanged_days)[:, None] * _RATE
     )
-    likelihood = np.exp(loglik - loglik.max(axis=1, keepdims=True))
     informed = pooled(part.n_intervals) > 0
+    if part.aged_count is not None and part.aged_days is not None:
+        aged = pooled(part.aged_count)
+        loglik += aged[:, None] * _GRID - pooled(part.aged_days)[:, None] * _RATE
+        informed |= aged > 0
+    likelihood = np.exp(loglik - loglik.max(axis=1, keepdims=True))
     prior = level_prior
     for _ in range(20):
         post = likelihood * prior
@@ -358,14 +385,22 @@ def _log_changed(days: FloatArray, weight: FloatArray) -> FloatArray:
 
 @dataclass(frozen=True)
 class _PageGrid:
-    """Pages' log-likelihoods on the log-rate grid (quiet pages keep their unchanged days)."""
+    """Pages' log-likelihoods on the log-rate grid.
+
+    Pages without a censored changed interval ("quiet") have the conjugate likelihood
+    ``K log r - r E`` (K trusted Last-Modified ages; exposure E: unchanged days plus the
+    ages), kept as two numbers; the others get their log-likelihood on the grid.
+    """
 
     quiet: NDArray[np.bool_]
-    unchanged_days: FloatArray
-    busy_loglik: FloatArray  # (pages that changed at least once, grid)
+    exposure: FloatArray  # unchanged days + trusted ages
+    aged: FloatArray  # K: observations with a trusted age
+    busy_loglik: FloatArray  # (pages with a censored changed interval, grid)
 
     @classmethod
     def build(cls, stats: IntervalStats) -> _PageGrid:
+        aged, aged_days = stats.ages()
+        exposure = stats.unchanged_days + aged_days
         quiet = stats.n_changed == 0
         busy = np.flatnonzero(~quiet)
         loglik = np.zeros((busy.shape[0], _GRID.shape[0]))
@@ -378,18 +413,26 @@ class _PageGrid:
             )
             starts = np.flatnonzero(np.r_[True, np.diff(rows) != 0])  # nodes sorted by page
             loglik[rows[starts]] += np.add.reduceat(contrib, starts, axis=0)
-            loglik -= stats.unchanged_days[busy, None] * _RATE[None, :]
-        return cls(quiet, stats.unchanged_days, loglik)
+            loglik -= exposure[busy, None] * _RATE[None, :]
+            loglik += aged[busy, None] * _GRID[None, :]
+        return cls(quiet, exposure, aged, loglik)
 
     def loglik(self) -> FloatArray:
         """Every page's log-likelihood on the grid."""
-        out = -self.unchanged_days[:, None] * _RATE[None, :]
+        out = self.aged[:, None] * _GRID[None, :] - self.exposure[:, None] * _RATE[None, :]
         out[~self.quiet] = self.busy_loglik
         return out
 
     def log_marginal(self, shape: FloatArray, rate: FloatArray) -> FloatArray:
         """Per page: log of the observations' likelihood integrated over Gamma(shape, rate)."""
-        out = shape * np.log(rate / (rate + self.unchanged_days))  # exact for quiet pages
+        # exact for quiet pages: Gamma(a, b) against r^K exp(-r E)
+        k = self.aged
+        out = (
+            shape * np.log(rate)
+            - (shape + k) * np.log(rate + self.exposure)
+            + special.gammaln(shape + k)
+            - special.gammaln(shape)
+        )
         if self.busy_loglik.shape[0]:
             busy = ~self.quiet
             a, b = shape[busy], rate[busy]

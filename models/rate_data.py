@@ -38,10 +38,18 @@ class IntervalStats:
     node_page: IntArray
     node_days: FloatArray
     node_weight: FloatArray
+    #: observations whose age (time since the last change) a trusted Last-Modified told,
+    #: and the sum of those ages: the likelihood gains ``count log r - r days`` (None: none)
+    aged_count: FloatArray | None = None
+    aged_days: FloatArray | None = None
 
     @property
     def size(self) -> int:
         return int(self.page_ids.shape[0])
+
+    def ages(self) -> tuple[FloatArray, FloatArray]:
+        """``(aged_count, aged_days)`` per page, zeros when there are none."""
+        return _ages(self.aged_count, self.aged_days, self.size)
 
     @classmethod
     def from_intervals(
@@ -96,6 +104,8 @@ class IntervalStats:
             node_page=self.node_page[start:stop] - lo,
             node_days=self.node_days[start:stop],
             node_weight=self.node_weight[start:stop],
+            aged_count=None if self.aged_count is None else self.aged_count[lo:hi],
+            aged_days=None if self.aged_days is None else self.aged_days[lo:hi],
         )
 
 
@@ -117,10 +127,36 @@ class PageMoments:
     changed_sum: FloatArray
     changed_sum_sq: FloatArray
     changed_sum_cube: FloatArray
+    #: observations with a trusted Last-Modified age and the sum of the ages (see
+    #: :func:`with_trusted_ages`); ``aged_changed`` counts the changed intervals among them,
+    #: which then left ``n_changed`` and the ``changed_sum*``, and ``aged_changed_days`` their
+    #: length (for reports; None: no ages)
+    aged_count: FloatArray | None = None
+    aged_days: FloatArray | None = None
+    aged_changed: IntArray | None = None
+    aged_changed_days: FloatArray | None = None
 
     @property
     def size(self) -> int:
         return int(self.page_ids.shape[0])
+
+    def ages(self) -> tuple[FloatArray, FloatArray]:
+        """``(aged_count, aged_days)`` per page, zeros when there are none."""
+        return _ages(self.aged_count, self.aged_days, self.size)
+
+    @property
+    def all_changed(self) -> IntArray:
+        """Changed intervals, with or without an age (what a report calls changes seen)."""
+        if self.aged_changed is None:
+            return self.n_changed
+        return self.n_changed + self.aged_changed
+
+    @property
+    def observed_days(self) -> FloatArray:
+        """Days between observations (the aged changed intervals included)."""
+        if self.aged_changed_days is None:
+            return self.unchanged_days + self.changed_sum
+        return self.unchanged_days + self.changed_sum + self.aged_changed_days
 
     @classmethod
     def checked(
@@ -189,6 +225,10 @@ class PageMoments:
             self.changed_sum[index],
             self.changed_sum_sq[index],
             self.changed_sum_cube[index],
+            None if self.aged_count is None else self.aged_count[index],
+            None if self.aged_days is None else self.aged_days[index],
+            None if self.aged_changed is None else self.aged_changed[index],
+            None if self.aged_changed_days is None else self.aged_changed_days[index],
         )
 
     def to_stats(self) -> IntervalStats:
@@ -218,7 +258,83 @@ class PageMoments:
             node_page=node_page,
             node_days=node_days,
             node_weight=node_weight,
+            aged_count=self.aged_count,
+            aged_days=self.aged_days,
         )
+
+
+@dataclass(frozen=True)
+class PageAges:
+    """Per page, what Last-Modified told about its changes (before judging its host).
+
+    ``count`` observations came with a usable age (a recent first observation, or a changed
+    one whose Last-Modified falls after the previous visit; ``models.validators.
+    judge_last_modified``) and ``days`` sums those ages and the horizon of first
+    observations whose last change is older. Of them, ``n_changed`` were changed
+    intervals, whose lengths' first three powers sum to ``changed_sum*``: these are also in
+    the page's censored statistics, and leave them when the page's host is trusted.
+    """
+
+    count: FloatArray
+    days: FloatArray
+    n_changed: IntArray
+    changed_sum: FloatArray
+    changed_sum_sq: FloatArray
+    changed_sum_cube: FloatArray
+
+    @classmethod
+    def zeros(cls, size: int) -> PageAges:
+        z = np.zeros(size)
+        return cls(z, z.copy(), np.zeros(size, dtype=np.int64), z.copy(), z.copy(), z.copy())
+
+
+def with_trusted_ages(
+    moments: PageMoments, ages: PageAges, trusted: NDArray[np.bool_]
+) -> PageMoments:
+    """The moments with the ages of ``trusted`` pages in the likelihood (the production step).
+
+    A changed visit with a trusted age ``A`` contributes ``log r - r A`` (the density of the
+    last change at ``A`` before the visit, none since) instead of ``log(1 - exp(-r t))``;
+    a first observation with a trusted age contributes ``log r - r A`` as well. Over a page,
+    ``K log r - r S``: conjugate with a Gamma prior, whose shape gains ``K`` and rate ``S``.
+    Untrusted pages keep their censored statistics. Shapes must match; ``trusted`` is per
+    page (its host's verdict, ``models.validators.last_modified_trusted``).
+    """
+    size = moments.size
+    for name, values in (("ages", ages.count), ("trusted", trusted)):
+        if values.shape != (size,):
+            raise EstimationInputError(f"{name} must have one entry per page ({size})")
+    use = np.asarray(trusted, dtype=bool) & (ages.days > 0)
+    k_changed = np.where(use, ages.n_changed, 0).astype(np.int64)
+    n_changed = moments.n_changed - k_changed
+    if (n_changed < 0).any():
+        raise EstimationInputError("pages have more aged changed intervals than changed ones")
+    left = n_changed > 0
+
+    def minus(total: FloatArray, part: FloatArray) -> FloatArray:
+        return np.where(left, np.maximum(total - np.where(use, part, 0.0), 0.0), 0.0)
+
+    return PageMoments(
+        moments.page_ids,
+        moments.n_intervals,
+        n_changed,
+        moments.unchanged_days,
+        minus(moments.changed_sum, ages.changed_sum),
+        minus(moments.changed_sum_sq, ages.changed_sum_sq),
+        minus(moments.changed_sum_cube, ages.changed_sum_cube),
+        np.where(use, ages.count, 0.0),
+        np.where(use, ages.days, 0.0),
+        k_changed,
+        np.where(use, ages.changed_sum, 0.0),
+    )
+
+
+def _ages(
+    count: FloatArray | None, days: FloatArray | None, size: int
+) -> tuple[FloatArray, FloatArray]:
+    if count is None or days is None:
+        return np.zeros(size), np.zeros(size)
+    return count, days
 
 
 @dataclass(frozen=True)
@@ -310,6 +426,8 @@ def select_pages(stats: IntervalStats, pages: IntArray) -> IntervalStats:
         node_page=new_index[stats.node_page[node_keep]],
         node_days=stats.node_days[node_keep],
         node_weight=stats.node_weight[node_keep],
+        aged_count=None if stats.aged_count is None else stats.aged_count[pages],
+        aged_days=None if stats.aged_days is None else stats.aged_days[pages],
     )
 
 
@@ -342,3 +460,27 @@ def _check_positive(values: FloatArray, name: str) -> None:
             f"{name} must be positive and finite; {int(bad.sum())} value(s) are not "
             f"(first: {values[bad].ravel()[0]!r})"
         )
+
+
+def moments_with_last_modified(
+    moments: PageMoments,
+    ages: PageAges,
+    host_evidence: IntArray,
+    page_host: IntArray,
+) -> PageMoments:
+    """The planner's per-page statistics: censored sums, plus the ages of trusted hosts.
+
+    ``host_evidence`` (hosts x ``LM_CODES``) counts what ``models.validators.
+    judge_last_modified`` said of each host's observations; ``page_host`` codes each page's
+    host. Hosts ``last_modified_trusted`` trusts get their pages' ages into the likelihood
+    (:func:`with_trusted_ages`); the others keep "changed since the last visit" only. The
+    backtest's planner and ``tasks/estimation.py`` both build their moments here.
+    """
+    from models.validators import last_modified_trusted
+
+    if page_host.shape != (moments.size,):
+        raise EstimationInputError(f"page_host must have one entry per page ({moments.size})")
+    if not (ages.days > 0).any():
+        return moments
+    trusted = last_modified_trusted(host_evidence)
+    return with_trusted_ages(moments, ages, trusted[page_host])

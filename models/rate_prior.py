@@ -96,15 +96,21 @@ class _GridData:
 
     @classmethod
     def build(cls, stats: IntervalStats) -> _GridData:
-        quiet = stats.n_changed == 0
+        # pages with trusted Last-Modified ages (or exposure) go on the grid
+        quiet = (stats.n_changed == 0) & (stats.ages()[1] == 0)
         sub = select_pages(stats, np.flatnonzero(~quiet))
         rate = np.exp(_GRID)
         contrib = sub.node_weight[:, None] * np.log(-np.expm1(-sub.node_days[:, None] * rate))
         order = np.argsort(sub.node_page, kind="stable")  # usually already sorted
-        starts = np.searchsorted(sub.node_page[order], np.arange(sub.size))
-        # every page here has at least one node (it changed), so no segment is empty
-        loglik = np.add.reduceat(contrib[order], starts, axis=0) if sub.size else contrib[:0]
-        loglik -= sub.unchanged_days[:, None] * rate[None, :]
+        rows = sub.node_page[order]
+        loglik = np.zeros((sub.size, _GRID.shape[0]))
+        if rows.shape[0]:
+            # a page with trusted Last-Modified ages may have no censored changed interval
+            starts = np.flatnonzero(np.r_[True, np.diff(rows) != 0])
+            loglik[rows[starts]] += np.add.reduceat(contrib[order], starts, axis=0)
+        sub_aged, sub_aged_days = sub.ages()
+        loglik += sub_aged[:, None] * _GRID[None, :]
+        loglik -= (sub.unchanged_days + sub_aged_days)[:, None] * rate[None, :]
         return cls(quiet, stats.unchanged_days, loglik)
 
     def _log_posterior(self, shape: float, rate: FloatArray) -> FloatArray:

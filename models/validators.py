@@ -18,6 +18,9 @@ import random
 from dataclasses import dataclass, replace
 from enum import Enum
 
+import numpy as np
+import numpy.typing as npt
+
 
 class ValidatorEvidence(Enum):
     CONSISTENT = "consistent"  # validator and record agree (both same or both changed)
@@ -171,3 +174,99 @@ def conditional_headers(
     if last_modified is not None:
         headers["If-Modified-Since"] = last_modified
     return headers, False
+
+
+# ------------------------------------------------------------ Last-Modified as a change time
+
+#: A Last-Modified this close to the fetch (or after it) is a "now" stamp: dynamic pages
+#: stamp every response with the time it was generated, which says nothing about changes.
+NOW_STAMP_DAYS = 2.0 / 86_400
+#: A host whose Last-Modified is a "now" stamp on more than this share of answers is not
+#: trusted (an honest page changing 48 times a day is stamped within 2 s 0.1% of the time).
+NOW_STAMP_SHARE = 0.05
+
+#: How far back a first observation's Last-Modified is believed: an older last change says
+#: "no change in this many days" only. A page's behaviour may change (a section relaunched
+#: after years of silence), and years of quiet would outvote the changes seen since.
+FIRST_AGE_HORIZON_DAYS = 60.0
+
+#: Codes of :func:`judge_last_modified` (per observation): no usable header, dated but
+#: nothing to compare with, then as :class:`ValidatorEvidence`, and a "now" stamp.
+LM_ABSENT, LM_DATED, LM_CONSISTENT, LM_HIDDEN_CHANGE, LM_VOLATILE, LM_NOW = range(6)
+LM_CODES = 6
+
+
+def judge_last_modified(
+    fetched_at: npt.NDArray[np.float64],
+    last_modified: npt.NDArray[np.float64],
+    previous_fetched_at: npt.NDArray[np.float64],
+    previous_last_modified: npt.NDArray[np.float64],
+    changed: npt.NDArray[np.int8],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.int8]]:
+    """Per observation: what its Last-Modified tells of the page, and of the host.
+
+    All times are in days on one clock, NaN where absent (no header, an unparseable one, or no
+    previous observation); ``changed`` is 1 / 0 when the record changed / did not since the
+    previous observation, -1 for a first observation and anything else when unknown.
+
+    Returns ``(days, dated, evidence)``. For a changed observation whose Last-Modified falls
+    after the previous visit (and is not a "now" stamp), ``days`` is the age of the last
+    change (``fetched_at - last_modified``) and ``dated`` is True: the likelihood term is
+    ``log r - r days``. A first observation is the same when its age is at most
+    ``FIRST_AGE_HORIZON_DAYS``; an older one gives ``days`` = the horizon and ``dated``
+    False (``- r days``: no change in the horizon). Elsewhere ``days`` is NaN.
+
+    The evidence code mirrors :func:`judge_validators` for Last-Modified alone
+    (``LM_HIDDEN_CHANGE``: the record changed but Last-Modified did not move past the
+    previous visit; ``LM_VOLATILE``: it moved though the record did not), plus ``LM_NOW``
+    for a stamp at or after the fetch time (a future date included).
+    """
+    lm, prev_lm, prev_at = last_modified, previous_last_modified, previous_fetched_at
+    has_lm = np.isfinite(lm)
+    now = has_lm & (lm > fetched_at - NOW_STAMP_DAYS)
+    dated = has_lm & ~now
+    known = dated & (changed >= 0) & np.isfinite(prev_at)
+    hit = changed == 1
+    with np.errstate(invalid="ignore"):
+        moved = np.where(np.isfinite(prev_lm), np.abs(lm - prev_lm) > 0.5 / 86_400, lm > prev_at)
+        after_previous = lm > prev_at
+    hidden = known & hit & ~(moved & after_previous)
+    volatile = known & ~hit & moved
+    evidence = np.where(has_lm, LM_DATED, LM_ABSENT).astype(np.int8)
+    evidence[known] = LM_CONSISTENT
+    evidence[hidden] = LM_HIDDEN_CHANGE
+    evidence[volatile] = LM_VOLATILE
+    evidence[now] = LM_NOW
+    first = dated & (changed == -1)
+    age = fetched_at - lm
+    recent = first & (age <= FIRST_AGE_HORIZON_DAYS)
+    changed_since = dated & hit & after_previous & ~hidden & known
+    days = np.where(changed_since | recent, age, np.nan)
+    days[first & ~recent] = FIRST_AGE_HORIZON_DAYS
+    return days, changed_since | recent, evidence
+
+
+def last_modified_trusted(
+    evidence_counts: npt.NDArray[np.int64], policy: ValidatorPolicy | None = None
+) -> npt.NDArray[np.bool_]:
+    """Per host, whether its Last-Modified dates its changes (the same rules as validators).
+
+    ``evidence_counts`` has one row per host and ``LM_CODES`` columns, one per ``LM_*`` code (what
+    :func:`judge_last_modified` said of its observations). A host is trusted unless
+    :meth:`ValidatorTrust.doubt` doubts its evidence (one hidden change, or mostly volatile)
+    or more than ``NOW_STAMP_SHARE`` of its dated answers were "now" stamps. Distrust is not
+    latched here: the counts only grow, and one hidden change is never outvoted.
+    """
+    policy = policy or ValidatorPolicy()
+    counts = np.asarray(evidence_counts, dtype=np.int64)
+    dated = counts[:, LM_DATED:].sum(axis=1)
+    trusted: npt.NDArray[np.bool_] = counts[:, LM_NOW] <= NOW_STAMP_SHARE * dated
+    doubtful = (counts[:, LM_HIDDEN_CHANGE] > 0) | (counts[:, LM_VOLATILE] > 0)
+    for host in np.flatnonzero(doubtful & trusted):
+        trust = ValidatorTrust(
+            consistent=int(counts[host, LM_CONSISTENT]),
+            hidden_changes=int(counts[host, LM_HIDDEN_CHANGE]),
+            volatile=int(counts[host, LM_VOLATILE]),
+        )
+        trusted[host] = trust.doubt(policy) is None
+    return trusted

@@ -5,18 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from models.change_rate import PageMoments, PriorChoice, RateEstimates, estimate_from_moments
+from models.rate_data import PageAges, moments_with_last_modified
+from models.validators import LM_CODES, judge_last_modified
 from tasks.catalog import CatalogStore
 from tasks.history import HistoryStore, connect
 
 
 @dataclass(frozen=True)
 class EstimationInputs:
-    """Per-page statistics plus each page's group and host as dictionary codes."""
+    """Per-page statistics plus each page's group and host as dictionary codes.
+
+    ``moments`` are what the planner estimates from: "changed since the last visit", plus
+    the Last-Modified ages of the pages whose host dates its changes honestly
+    (``models.rate_data.moments_with_last_modified``, the backtest planner's step too).
+    """
 
     moments: PageMoments
     group_codes: np.ndarray
@@ -93,6 +101,90 @@ FROM pages p JOIN host_names h ON p.host = h.name
 """
 
 
+# Every observation (ok / 304) with its Last-Modified parsed (RFC 9110 section 5.6.7: the
+# IMF-fixdate and the two obsolete forms a recipient must accept; anything else, or a date
+# before the web existed, is NULL) and the page's previous observation, in days since the
+# epoch. ``changed``: 1 / 0 against the previous observation, -1 for a first observation,
+# NULL (unknown) otherwise.
+_LAST_MODIFIED_ROWS = """
+WITH obs AS (
+    SELECT url_id, host, epoch_us(fetched_at) / 86400e6 AS t_fetch,
+           CASE WHEN outcome = 'not_modified' THEN false ELSE changed END AS changed,
+           interval_days,
+           try_strptime(trim(last_modified), [
+               '%a, %d %b %Y %H:%M:%S GMT', '%A, %d-%b-%y %H:%M:%S GMT', '%a %b %d %H:%M:%S %Y'
+           ]) AS lm_ts
+    FROM history WHERE outcome IN ('ok', 'not_modified')
+),
+dated AS (
+    SELECT *, CASE WHEN lm_ts >= TIMESTAMP '1991-01-01'
+                   THEN epoch_us(lm_ts) / 86400e6 END AS lm
+    FROM obs
+),
+linked AS (
+    SELECT url_id, host, t_fetch, lm, interval_days,
+           lag(t_fetch) OVER w AS prev_fetch,
+           last_value(lm IGNORE NULLS) OVER (
+               w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_lm,
+           CASE WHEN lag(t_fetch) OVER w IS NULL THEN -1
+                WHEN changed IS NULL THEN NULL ELSE changed::INTEGER END AS changed
+    FROM dated
+    WINDOW w AS (PARTITION BY url_id ORDER BY t_fetch)
+)
+SELECT l.url_id, h.code AS host_code, l.t_fetch, l.lm, l.prev_fetch, l.prev_lm, l.changed,
+       l.interval_days
+FROM linked l JOIN host_names h ON l.host = h.name
+WHERE l.lm IS NOT NULL OR l.prev_lm IS NOT NULL
+"""
+
+
+def last_modified_ages(
+    con: duckdb.DuckDBPyConnection, page_ids: np.ndarray, n_hosts: int
+) -> tuple[PageAges, np.ndarray]:
+    """Per page the Last-Modified ages the history tells, and per host the evidence.
+
+    Reads the registered ``history`` and ``host_names`` relations in batches and judges
+    every observation with ``models.validators.judge_last_modified`` (what the backtest's
+    learner calls on each simulated fetch). Pages not in ``page_ids`` are skipped.
+    """
+    ages = PageAges.zeros(page_ids.shape[0])
+    evidence = np.zeros((n_hosts, LM_CODES), dtype=np.int64)
+    order = np.argsort(page_ids, kind="stable")
+    sorted_ids = page_ids[order]
+    reader = con.sql(_LAST_MODIFIED_ROWS).to_arrow_reader(1 << 20)
+    for batch in reader:
+        col = {name: batch.column(name) for name in batch.schema.names}
+
+        def floats(name: str, col: dict[str, pa.Array] = col) -> np.ndarray:
+            return np.asarray(col[name].to_numpy(zero_copy_only=False), dtype=np.float64)
+
+        changed = col["changed"].fill_null(-3).to_numpy(zero_copy_only=False).astype(np.int8)
+        age, dated, code = judge_last_modified(
+            floats("t_fetch"), floats("lm"), floats("prev_fetch"), floats("prev_lm"), changed
+        )
+        host = col["host_code"].to_numpy(zero_copy_only=False).astype(np.int64)
+        evidence += np.bincount(host * LM_CODES + code, minlength=evidence.size).reshape(
+            evidence.shape
+        )
+        ids = col["url_id"].to_numpy(zero_copy_only=False)
+        slot = np.minimum(np.searchsorted(sorted_ids, ids), max(sorted_ids.shape[0] - 1, 0))
+        known = np.isfinite(age) & (sorted_ids[slot] == ids if sorted_ids.shape[0] else False)
+        page = order[slot[known]]
+        hit = changed[known] == 1
+        t = np.where(hit, floats("interval_days")[known], 0.0)
+
+        def add(total: np.ndarray, values: np.ndarray, page: np.ndarray = page) -> None:
+            total += np.bincount(page, weights=values, minlength=total.shape[0]).astype(total.dtype)
+
+        add(ages.count, dated[known].astype(np.float64))
+        add(ages.days, age[known])
+        add(ages.n_changed, hit.astype(np.float64))
+        add(ages.changed_sum, t)
+        add(ages.changed_sum_sq, t * t)
+        add(ages.changed_sum_cube, t * t * t)
+    return ages, evidence
+
+
 def read_estimation_inputs(root: str | Path, *, use_catalog: bool = True) -> EstimationInputs:
     """Per-page statistics joined with the catalog's groups, hosts and groups as codes.
 
@@ -119,6 +211,9 @@ def read_estimation_inputs(root: str | Path, *, use_catalog: bool = True) -> Est
         *(col[c] for c in _STAT_COLUMNS),
         check_unique=False,  # one row per url_id: GROUP BY / join on the catalog's key
     )
+    con.register("history", HistoryStore(root).relation(con))
+    ages, evidence = last_modified_ages(con, moments.page_ids, len(host_names))
+    moments = moments_with_last_modified(moments, ages, evidence, col["host_code"])
     return EstimationInputs(
         moments,
         col["group_code"],
