@@ -43,25 +43,14 @@ def main() -> None:
     )
     from models.allocation_solver import one_pass
     from models.freshness import freshness
+    from models.synthetic import allocation_web
     from tasks.memory import keep_freed_memory
 
     keep_freed_memory()
-    rng = np.random.default_rng(7)
     n = args.pages
-    host_weight = rng.pareto(1.2, args.hosts) + 1.0
-    hosts = rng.choice(args.hosts, size=n, p=host_weight / host_weight.sum())
-    kind = rng.choice(3, size=n, p=[0.45, 0.35, 0.20])
-    rates = np.choose(
-        kind,
-        [
-            rng.lognormal(np.log(1 / 400), 1.0, n),
-            rng.lognormal(np.log(1 / 15), 1.3, n),
-            rng.lognormal(np.log(2.5), 0.8, n),
-        ],
-    )
-    weights = np.array([1.0, 2.0, 5.0, 10.0])[rng.choice(4, size=n, p=[0.6, 0.25, 0.1, 0.05])]
-    costs = np.round(rng.lognormal(0.0, 0.4, n), 3)
-    pages_per_host = np.bincount(hosts, minlength=args.hosts)
+    web = allocation_web(n, args.hosts, seed=7)
+    rates, weights, costs, hosts = web.rates, web.weights, web.costs, web.hosts
+    pages_per_host = web.pages_per_host
     # politeness: at most ~ a visit a minute for big hosts, and half the pages daily for small
     capacity = np.minimum(1440.0, np.maximum(1.0, 0.5 * pages_per_host))
     budget = args.budget_share * float(costs.sum())

@@ -156,3 +156,35 @@ def _conform(table: pa.Table) -> pa.Table:
         for f in HISTORY_SCHEMA
     ]
     return pa.Table.from_arrays(cols, schema=HISTORY_SCHEMA)
+
+
+@dataclass(frozen=True)
+class AllocationWeb:
+    """Pages of a synthetic web for allocation benchmarks and tests (no history)."""
+
+    rates: NDArray[np.float64]
+    weights: NDArray[np.float64]
+    costs: NDArray[np.float64]
+    hosts: NDArray[np.int64]
+    pages_per_host: NDArray[np.int64]
+
+
+def allocation_web(n_pages: int, n_hosts: int, *, seed: int = 7) -> AllocationWeb:
+    """A web like the measured one for the allocation solver: heavy-tailed host sizes,
+    static / middle / fast page kinds, value tiers 1/2/5/10, lognormal costs."""
+    rng = np.random.default_rng(seed)
+    host_weight = rng.pareto(1.2, n_hosts) + 1.0
+    hosts = rng.choice(n_hosts, size=n_pages, p=host_weight / host_weight.sum())
+    kind = rng.choice(3, size=n_pages, p=[0.45, 0.35, 0.20])
+    rates = np.choose(
+        kind,
+        [
+            rng.lognormal(np.log(1 / 400), 1.0, n_pages),
+            rng.lognormal(np.log(1 / 15), 1.3, n_pages),
+            rng.lognormal(np.log(2.5), 0.8, n_pages),
+        ],
+    )
+    tiers = rng.choice(4, size=n_pages, p=[0.6, 0.25, 0.1, 0.05])
+    weights = np.array([1.0, 2.0, 5.0, 10.0])[tiers]
+    costs = np.round(rng.lognormal(0.0, 0.4, n_pages), 3)
+    return AllocationWeb(rates, weights, costs, hosts, np.bincount(hosts, minlength=n_hosts))

@@ -27,6 +27,7 @@ from models.freshness import (
     freshness_gain,
     priority,
 )
+from models.synthetic import allocation_web
 
 # ---------------------------------------------------------------- known answers
 
@@ -322,22 +323,15 @@ def test_budget_spent_exactly_with_binding_hosts_and_tied_pages_at_the_edge():
 
 
 def web_problem(n, n_hosts, seed=7, objective=FRESHNESS, budget_share=0.2):
-    """A synthetic web like the benchmark's: value tiers, lognormal costs, big hosts."""
-    rng = np.random.default_rng(seed)
-    host_weight = rng.pareto(1.2, n_hosts) + 1.0
-    hosts = rng.choice(n_hosts, size=n, p=host_weight / host_weight.sum())
-    kind = rng.choice(3, size=n, p=[0.45, 0.35, 0.20])
-    rates = np.choose(
-        kind,
-        [
-            rng.lognormal(np.log(1 / 400), 1.0, n),
-            rng.lognormal(np.log(1 / 15), 1.3, n),
-            rng.lognormal(np.log(2.5), 0.8, n),
-        ],
+    """The benchmark's synthetic web (``models.synthetic.allocation_web``) as a problem."""
+    web = allocation_web(n, n_hosts, seed=seed)
+    rates, weights, costs, hosts, per_host = (
+        web.rates,
+        web.weights,
+        web.costs,
+        web.hosts,
+        web.pages_per_host,
     )
-    weights = np.array([1.0, 2.0, 5.0, 10.0])[rng.choice(4, size=n, p=[0.6, 0.25, 0.1, 0.05])]
-    costs = np.round(rng.lognormal(0.0, 0.4, n), 3)
-    per_host = np.bincount(hosts, minlength=n_hosts)
     capacity = np.minimum(1440.0, np.maximum(1.0, 0.5 * per_host))[np.unique(hosts)]
     return AllocationProblem.build(
         rates,
