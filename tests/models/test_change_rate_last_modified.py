@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy import integrate, special
@@ -74,21 +76,8 @@ def test_the_grid_marginal_of_an_aged_page_is_the_exact_gamma_integral():
         np.array([0.0, 1.0, 0.0]),
         np.array([0.0, 1.0, 0.0]),
     )
-    aged = PageMoments(
-        *[
-            getattr(moments, f)
-            for f in (
-                "page_ids",
-                "n_intervals",
-                "n_changed",
-                "unchanged_days",
-                "changed_sum",
-                "changed_sum_sq",
-                "changed_sum_cube",
-            )
-        ],
-        np.array([2.0, 1.0, 0.0]),
-        np.array([0.7, 0.2, 0.0]),
+    aged = dataclasses.replace(
+        moments, aged_count=np.array([2.0, 1.0, 0.0]), aged_days=np.array([0.7, 0.2, 0.0])
     )
     grid = _PageGrid.build(aged.to_stats())
     a, b = np.full(n, 1.5), np.full(n, 2.0)
