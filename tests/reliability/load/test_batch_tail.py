@@ -48,7 +48,7 @@ SETTINGS = {
 }
 
 
-def _run_two_batches(root: Path, tail_share: float) -> tuple[dict[str, object], ...]:
+def _run_two_batches(root: Path, tail_share: float) -> dict[str, object]:
     faults = {0: "timeout"}
     web = load_web(HOSTS, PAGES, faults, seed=3, scale=SCALE)
     server = FaultyServer(web, faults, scale=SCALE, seed=3)
@@ -89,27 +89,25 @@ def _run_two_batches(root: Path, tail_share: float) -> tuple[dict[str, object], 
     index = {n: i for i, n in enumerate(server.netlocs)}
     slow_hosts = [index[h] for h in slow.hosts]
     other_hosts = [index[h] for h in other.hosts]
-    return (
-        {
-            "slow_last_done": float(log.done[np.isin(log.host, slow_hosts)].max()),
-            "other_first_at": float(log.at[np.isin(log.host, other_hosts)].min()),
-            "peak_active": places.peak,
-            "rows": sum(pq.read_table(o.part).num_rows for o in outcomes.values()),
-        },
-        {"tails": [m["tail_at_s"] for m in read_batch_metrics(root, 0)]},
-    )
+    return {
+        "slow_last_done": float(log.done[np.isin(log.host, slow_hosts)].max()),
+        "other_first_at": float(log.at[np.isin(log.host, other_hosts)].min()),
+        "peak_active": places.peak,
+        "rows": sum(pq.read_table(o.part).num_rows for o in outcomes.values()),
+        "tails": [m["tail_at_s"] for m in read_batch_metrics(root, 0)],
+    }
 
 
 def test_a_batch_in_its_tail_lets_the_next_batch_fetch(tmp_path):
-    run, metrics = _run_two_batches(tmp_path, tail_share=0.25)
+    run = _run_two_batches(tmp_path, tail_share=0.25)
     assert run["peak_active"] == 1  # never two batches at full speed
     assert run["other_first_at"] < run["slow_last_done"], run  # they overlapped
     assert run["rows"] == HOSTS * PAGES  # nothing lost: the slow host's pages have rows too
-    assert any(t is not None for t in metrics["tails"])
+    assert any(t is not None for t in run["tails"])
 
 
 def test_without_a_tail_the_next_batch_waits_for_the_whole_batch(tmp_path):
-    run, metrics = _run_two_batches(tmp_path, tail_share=0.0)
+    run = _run_two_batches(tmp_path, tail_share=0.0)
     assert run["other_first_at"] > run["slow_last_done"], run
     assert run["rows"] == HOSTS * PAGES
-    assert all(t is None for t in metrics["tails"])
+    assert all(t is None for t in run["tails"])
