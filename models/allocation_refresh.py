@@ -316,13 +316,13 @@ def moments_of(
     dot products over all pages less the candidates' share. The candidates' terms are
     summed in float64 whatever the pages' dtype.
     """
-    out = np.zeros((MOMENTS, slots))
     held = np.flatnonzero(slot)
     if held.size:
-        s = slot[held]
-        series = _series(*(np.asarray(a[held], dtype=np.float64) for a in (c, f, d1, d2, kappa)))
-        for row, term in series:
-            out[row] = slot_sums(s, term, slots)
+        c_held = np.asarray(c[held], dtype=np.float64)
+        pages = (f[held], d1[held], d2[held], kappa[held])
+        out = slot_moments(slot[held], c_held, *pages, slots)
+    else:
+        out = np.zeros((MOMENTS, slots))
     weight = c.copy()
     for row, values in ((1, f), (4, d1), (8, d2), (13, kappa)):
         # einsum, not dot: BLAS would start threads of its own for every chunk
