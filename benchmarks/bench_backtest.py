@@ -35,6 +35,7 @@ from models.backtest import (
     recovery,
     run_backtest,
 )
+from models.backtest_hosts import format_host_slices
 from models.backtest_targets import check_targets, format_checks
 from models.backtest_variants import VARIANTS, register_variants
 from models.backtest_workloads import build_workload, measure_web_shape
@@ -214,6 +215,10 @@ def _sweep_tables(sweep: dict[float, BacktestResult]) -> str:
     for share in shown:
         if share in sweep:
             lines += ["```", format_bands(sweep[share]), "```"]
+    lines += ["", "Where the gap is (freshness by slice of hosts) at the same budgets:"]
+    for share in shown:
+        mine = [name for name in PLANNERS if name in names]
+        lines += ["```", format_host_slices(sweep[share].host_slices, mine), "```"]
     return "\n".join(lines) + "\n"
 
 

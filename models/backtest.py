@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from models.backtest_hosts import HostSlice, format_host_slices, freshness_by_hosts
 from models.backtest_last_modified import LastModifiedClock, LastModifiedShares
 from models.backtest_learning import (
     MixturePriorLearner,
@@ -202,6 +203,8 @@ class BacktestResult:
     notes: dict[str, dict[str, float]] = field(default_factory=dict)
     bands: dict[str, FloatArray] = field(default_factory=dict)
     shift_day: int | None = None
+    #: the window's freshness by slices of hosts (``models/backtest_hosts.py``)
+    host_slices: list[HostSlice] = field(default_factory=list)
 
     def by_name(self, name: str) -> PolicySummary:
         for row in self.summary:
@@ -254,6 +257,7 @@ def run_backtest(config: BacktestConfig, workload: Workload | None = None) -> Ba
         ),
     )
     bands = freshness_by_band(workload, totals, window)
+    host_slices = freshness_by_hosts(workload, totals, budget)
     summary = [summarize(p.name, daily[p.name], window, budget) for p in policies]
     notes = {p.name: dict(p.spent_by_reason) for p in policies if p.spent_by_reason}
     return BacktestResult(
@@ -268,6 +272,7 @@ def run_backtest(config: BacktestConfig, workload: Workload | None = None) -> Ba
         notes,
         bands,
         workload.truth.shift_day,
+        host_slices,
     )
 
 
@@ -393,6 +398,10 @@ def format_table(result: BacktestResult) -> str:
     if result.bands:
         lines.append("")
         lines.append(format_bands(result))
+    if result.host_slices:
+        lines.append("")
+        mine = [name for name in ("planner",) if name in result.daily]
+        lines.append(format_host_slices(result.host_slices, mine))
     return "\n".join(lines)
 
 

@@ -91,6 +91,7 @@ def _gap(result: BacktestResult, share: float, goal: float, name: str) -> Target
         detail = f"short by {100 * (goal - closed):.1f} points; " + _loss_band(
             result, name, "oracle"
         )
+        detail += _loss_hosts(result, name)
     return TargetCheck(
         name, f">= {goal:.0%} of the oracle-uniform gap at {share:g} N", met, measured, detail
     )
@@ -105,6 +106,24 @@ def _loss_band(result: BacktestResult, name: str, reference: str) -> str:
         f"most of it is lost on pages changing {BAND_LABELS[worst]}/day "
         f"({result.bands[name][worst]:.3f} vs {reference} {result.bands[reference][worst]:.3f}, "
         f"{value[worst]:.0%} of the value): estimates from few observations per page there"
+    )
+
+
+def _loss_hosts(result: BacktestResult, name: str) -> str:
+    """Where capacity-bound hosts hold the shortfall: their share of it, and the gap the
+    policy closes on them against the other hosts (empty when no host's capacity binds)."""
+    slices = {part.label: part for part in result.host_slices}
+    bound, other = slices.get("capacity-bound hosts"), slices.get("other hosts")
+    if bound is None or other is None or bound.hosts == 0:
+        return ""
+    lost = bound.shortfall(name) + other.shortfall(name)
+    share = bound.shortfall(name) / lost if lost > 0 else float("nan")
+    return (
+        f"; {share:.0%} of the shortfall is on {bound.hosts} capacity-bound host(s) with "
+        f"{bound.pages:.0%} of the pages, where it closes {bound.gap_closed(name):.0%} of their "
+        f"gap (other hosts: {other.gap_closed(name):.0%}): inside a host whose capacity binds, "
+        "the oracle visits the pages it knows change slower, which a learner sees only "
+        "through trusted Last-Modified ages or short revisits"
     )
 
 
