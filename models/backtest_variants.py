@@ -13,21 +13,29 @@ default comparison: each changes one thing, so its effect can be read off agains
 * ``planner+horizon`` - leftover budget ranked by what a visit buys before the page
   would be due anyway (``backtest_select.select_with_horizon``);
 * ``planner+nearest`` - leftover budget to the pages nearest their due time;
-* ``oracle+slices`` - the oracle with the planner's reserved slices (what they cost).
+* ``oracle+slices`` - the oracle with the planner's reserved slices (what they cost);
+* ``oracle-groups`` - the oracle told each group's mean true rate, not each page's: what
+  knowing every group exactly buys, without any page's own behaviour (a diagnostic, not a
+  bound: a learner also sees pages that are odd in their group).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from models.backtest import FACTORIES, PolicyContext
 from models.backtest_learning import (
     EmpiricalBayesLearner,
+    Estimate,
     MixturePriorLearner,
     OracleLearner,
+    PageObservations,
     default_refit_days,
     every_day,
 )
 from models.backtest_policies import PlannerPolicy, Policy, Selector
 from models.backtest_select import select_nearest_due, select_with_horizon, select_with_probes
+from models.backtest_web import IntArray, RateSchedule
 from models.planning import Slices
 
 VARIANTS = (
@@ -39,6 +47,7 @@ VARIANTS = (
     "planner+horizon",
     "planner+nearest",
     "oracle+slices",
+    "oracle-groups",
 )
 
 
@@ -75,6 +84,35 @@ def _oracle_with_slices(ctx: PolicyContext) -> Policy:
     )
 
 
+class GroupOracleLearner:
+    """Every page at its group's mean true rate of the day (``oracle-groups``)."""
+
+    name = "oracle-groups"
+
+    def __init__(self, truth: RateSchedule, groups: IntArray) -> None:
+        self._truth = truth
+        self._groups = groups
+        self._pages = np.maximum(np.bincount(groups), 1).astype(np.float64)
+
+    def estimate(self, observations: PageObservations, day: int) -> Estimate:
+        rate = self._truth.on_day(day)
+        mean = np.bincount(self._groups, weights=rate, minlength=self._pages.shape[0])
+        per_page = (mean / self._pages)[self._groups]
+        return Estimate(np.maximum(per_page, 1e-9), np.zeros(rate.shape[0]))
+
+
+def _group_oracle(ctx: PolicyContext) -> Policy:
+    truth = ctx.workload.truth
+    return PlannerPolicy(
+        ctx.workload.web,
+        ctx.budget,
+        GroupOracleLearner(truth, ctx.workload.web.groups),
+        ctx.planner_settings(slices=Slices(0.0, 0.0, 0.0), solve_every=10**9),
+        name="oracle-groups",
+        resolve_when=truth.changes_between,
+    )
+
+
 def _gamma_planner(ctx: PolicyContext) -> Policy:
     learner = EmpiricalBayesLearner(ctx.workload.web.groups)
     return PlannerPolicy(
@@ -92,3 +130,4 @@ def register_variants() -> None:
     _prior_variant("planner+horizon", selector=select_with_horizon)
     _prior_variant("planner+nearest", selector=select_nearest_due)
     FACTORIES["oracle+slices"] = _oracle_with_slices
+    FACTORIES["oracle-groups"] = _group_oracle
