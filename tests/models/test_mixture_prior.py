@@ -55,6 +55,18 @@ def test_group_levels_and_odd_pages_are_recovered():
     assert p_odd[differs].mean() > 0.5 > 5 * p_odd[~odd].mean()
 
 
+def test_group_levels_pool_every_page_even_when_the_fit_samples_a_few():
+    # 40 pages a group, the fit sampling 3 of them (as 50,000 pages over 15,000 groups do)
+    moments, group, _, level, _ = grouped_web(seed=2, groups=60, visits=6)
+    full = fit_mixture_prior(moments, group)
+    few = fit_mixture_prior(moments, group, per_group=3)
+    slow = level < 1.0
+    # levels as narrow and as close to the truth as when every page is in the sample
+    assert np.median(few.group_log_var[slow]) < 1.5 * np.median(full.group_log_var[slow])
+    error = np.abs(few.group_log_rate[slow] - np.log(level[slow]))
+    assert np.median(error) < 0.4
+
+
 def test_the_mixture_prior_estimates_better_than_the_flat_library_prior():
     moments, group, rate, _, _ = grouped_web(seed=1)
     prior = fit_mixture_prior(moments, group)
