@@ -106,3 +106,37 @@ PAGE_STATS_SCHEMA = pa.schema(
         pa.field("changed_sum_cube", pa.float64(), nullable=False),
     ]
 )
+
+#: What the pages' Last-Modified headers told (``models.validators.judge_last_modified`` of
+#: every observation with a Last-Modified or an earlier one), summed per page at each commit
+#: like the interval sums, so estimation never rescans the history for them. ``age_*`` are
+#: ``models.rate_data.PageAges``: ``age_count`` observations dated a change, ``age_days``
+#: sums their ages (and the horizon of old first observations), ``age_n_changed`` of them
+#: were changed intervals, whose powers sum to ``age_changed_sum*``; ``age_terms`` counts
+#: the observations with any age (``age_days`` is exactly 0 without one). ``lm_*`` count the
+#: observations by evidence code (``LM_ABSENT`` to ``LM_NOW``, in that order), summed by host
+#: at estimate time.
+PAGE_AGE_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("age_terms", pa.int64(), nullable=False),
+    pa.field("age_count", pa.int64(), nullable=False),
+    pa.field("age_days", pa.float64(), nullable=False),
+    pa.field("age_n_changed", pa.int64(), nullable=False),
+    pa.field("age_changed_sum", pa.float64(), nullable=False),
+    pa.field("age_changed_sum_sq", pa.float64(), nullable=False),
+    pa.field("age_changed_sum_cube", pa.float64(), nullable=False),
+    pa.field("lm_absent", pa.int64(), nullable=False),
+    pa.field("lm_dated", pa.int64(), nullable=False),
+    pa.field("lm_consistent", pa.int64(), nullable=False),
+    pa.field("lm_hidden_change", pa.int64(), nullable=False),
+    pa.field("lm_volatile", pa.int64(), nullable=False),
+    pa.field("lm_now", pa.int64(), nullable=False),
+)
+#: Evidence columns of PAGE_AGE_FIELDS in the order of the ``LM_*`` codes.
+LM_EVIDENCE_COLUMNS: tuple[str, ...] = tuple(
+    f.name for f in PAGE_AGE_FIELDS if f.name.startswith("lm_")
+)
+
+#: The statistics file as stored: PAGE_STATS_SCHEMA plus PAGE_AGE_FIELDS, one row per page
+#: with an interval or a judged Last-Modified (a page seen once may have no interval).
+#: ``HistoryStore.page_stats`` still gives PAGE_STATS_SCHEMA for the pages with intervals.
+PAGE_STATS_FILE_SCHEMA = pa.schema([*PAGE_STATS_SCHEMA, *PAGE_AGE_FIELDS])

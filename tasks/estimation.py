@@ -12,9 +12,11 @@ import pyarrow as pa
 
 from models.change_rate import PageMoments, PriorChoice, RateEstimates, estimate_from_moments
 from models.rate_data import PageAges, moments_with_last_modified
-from models.validators import LM_CODES, judge_last_modified
+from models.schemas import LM_EVIDENCE_COLUMNS
+from models.validators import LM_CODES
 from tasks.catalog import CatalogStore
 from tasks.history import HistoryStore, connect
+from tasks.history_stats import AGE_COLUMNS, INTERVAL_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -55,19 +57,20 @@ def load_rate_estimates(
     return estimates_frame(estimates, inputs)
 
 
-_STAT_COLUMNS = (
-    "n_intervals",
-    "n_changed",
-    "unchanged_days",
-    "changed_sum",
-    "changed_sum_sq",
-    "changed_sum_cube",
-)
+_STAT_COLUMNS = INTERVAL_COLUMNS
+#: The statistics' age sums in the order of ``PageAges``'s fields (not the term count, not
+#: the evidence counts).
+_AGE_COLUMNS = tuple(c for c in AGE_COLUMNS if c != "age_terms" and not c.startswith("lm_"))
+assert len(LM_EVIDENCE_COLUMNS) == LM_CODES
 
-# Every catalog page, with the statistics of those observed (zeros for the others), and
-# the observed pages the catalog lacks; the group comes from the catalog, else the host,
-# split by the sitemap's changefreq where the page has one: a page with little history
-# gets the prior of the pages its site declares alike (learned from how they did change).
+# The statistics file has a row for every page with an interval or a judged Last-Modified
+# (``tasks.history_stats``); the pages estimated are the catalog's and those with an
+# interval (a page seen once that the catalog lacks is not estimated, but its host's
+# evidence counts). Every catalog page, with the sums of those observed (zeros for the
+# others), and the observed pages the catalog lacks; the group comes from the catalog,
+# else the host, split by the sitemap's changefreq where the page has one: a page with
+# little history gets the prior of the pages its site declares alike (learned from how
+# they did change).
 _CATALOG_PAGES = """
 CREATE TEMP TABLE pages AS
 SELECT url_id, coalesce(c.host, s.host) AS host,
@@ -76,11 +79,21 @@ SELECT url_id, coalesce(c.host, s.host) AS host,
        coalesce(s.unchanged_days, 0) AS unchanged_days,
        coalesce(s.changed_sum, 0) AS changed_sum,
        coalesce(s.changed_sum_sq, 0) AS changed_sum_sq,
-       coalesce(s.changed_sum_cube, 0) AS changed_sum_cube
+       coalesce(s.changed_sum_cube, 0) AS changed_sum_cube,
+       coalesce(s.age_count, 0)::DOUBLE AS age_count, coalesce(s.age_days, 0) AS age_days,
+       coalesce(s.age_n_changed, 0) AS age_n_changed,
+       coalesce(s.age_changed_sum, 0) AS age_changed_sum,
+       coalesce(s.age_changed_sum_sq, 0) AS age_changed_sum_sq,
+       coalesce(s.age_changed_sum_cube, 0) AS age_changed_sum_cube
 FROM catalog c FULL OUTER JOIN stats s USING (url_id)
+WHERE c.url_id IS NOT NULL OR s.n_intervals > 0
 """
-# Without a catalog: the observed pages, grouped by host.
-_HISTORY_PAGES = "CREATE TEMP VIEW pages AS SELECT *, host AS grp FROM stats"
+# Without a catalog: the pages with an interval, grouped by host.
+_HISTORY_PAGES = """
+CREATE TEMP VIEW pages AS
+SELECT * REPLACE (age_count::DOUBLE AS age_count), host AS grp FROM stats
+WHERE n_intervals > 0
+"""
 _HOST_NAMES = """
 SELECT host AS name, (row_number() OVER () - 1)::BIGINT AS code
 FROM (SELECT DISTINCT host FROM pages ORDER BY host)
@@ -91,98 +104,38 @@ FROM (SELECT DISTINCT grp FROM pages ORDER BY grp)
 """
 _CODED_PAGES = """
 SELECT p.url_id, h.code AS host_code, g.code AS group_code, p.n_intervals, p.n_changed,
-       p.unchanged_days, p.changed_sum, p.changed_sum_sq, p.changed_sum_cube
+       p.unchanged_days, p.changed_sum, p.changed_sum_sq, p.changed_sum_cube,
+       p.age_count, p.age_days, p.age_n_changed, p.age_changed_sum, p.age_changed_sum_sq,
+       p.age_changed_sum_cube
 FROM pages p JOIN host_names h ON p.host = h.name JOIN group_names g ON p.grp = g.name
 """
 _CODED_PAGES_BY_HOST = """
 SELECT p.url_id, h.code AS host_code, h.code AS group_code, p.n_intervals, p.n_changed,
-       p.unchanged_days, p.changed_sum, p.changed_sum_sq, p.changed_sum_cube
+       p.unchanged_days, p.changed_sum, p.changed_sum_sq, p.changed_sum_cube,
+       p.age_count, p.age_days, p.age_n_changed, p.age_changed_sum, p.age_changed_sum_sq,
+       p.age_changed_sum_cube
 FROM pages p JOIN host_names h ON p.host = h.name
 """
-
-
-# Every observation (ok / 304) with its Last-Modified parsed (RFC 9110 section 5.6.7: the
-# IMF-fixdate and the two obsolete forms a recipient must accept; anything else, or a date
-# before the web existed, is NULL) and the page's previous observation, in days since the
-# epoch. ``changed``: 1 / 0 against the previous observation, -1 for a first observation,
-# NULL (unknown) otherwise.
-_LAST_MODIFIED_ROWS = """
-WITH obs AS (
-    SELECT url_id, host, epoch_us(fetched_at) / 86400e6 AS t_fetch,
-           CASE WHEN outcome = 'not_modified' THEN false ELSE changed END AS changed,
-           interval_days,
-           try_strptime(trim(last_modified), [
-               '%a, %d %b %Y %H:%M:%S GMT', '%A, %d-%b-%y %H:%M:%S GMT', '%a %b %d %H:%M:%S %Y'
-           ]) AS lm_ts
-    FROM history WHERE outcome IN ('ok', 'not_modified')
-),
-dated AS (
-    SELECT *, CASE WHEN lm_ts >= TIMESTAMP '1991-01-01'
-                   THEN epoch_us(lm_ts) / 86400e6 END AS lm
-    FROM obs
-),
-linked AS (
-    SELECT url_id, host, t_fetch, lm, interval_days,
-           lag(t_fetch) OVER w AS prev_fetch,
-           last_value(lm IGNORE NULLS) OVER (
-               w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_lm,
-           CASE WHEN lag(t_fetch) OVER w IS NULL THEN -1
-                WHEN changed IS NULL THEN NULL ELSE changed::INTEGER END AS changed
-    FROM dated
-    WINDOW w AS (PARTITION BY url_id ORDER BY t_fetch)
-)
-SELECT l.url_id, h.code AS host_code, l.t_fetch, l.lm, l.prev_fetch, l.prev_lm, l.changed,
-       l.interval_days
-FROM linked l JOIN host_names h ON l.host = h.name
-WHERE l.lm IS NOT NULL OR l.prev_lm IS NOT NULL
+# Per host estimated, what ``judge_last_modified`` said of its pages' observations (every
+# page of the statistics, estimated or not), in the order of the LM_* codes.
+_HOST_EVIDENCE = """
+SELECT h.code, sum(s.lm_absent) AS lm_absent, sum(s.lm_dated) AS lm_dated,
+       sum(s.lm_consistent) AS lm_consistent, sum(s.lm_hidden_change) AS lm_hidden_change,
+       sum(s.lm_volatile) AS lm_volatile, sum(s.lm_now) AS lm_now
+FROM stats s JOIN host_names h ON s.host = h.name
+GROUP BY h.code
 """
 
 
-def last_modified_ages(
-    con: duckdb.DuckDBPyConnection, page_ids: np.ndarray, n_hosts: int
-) -> tuple[PageAges, np.ndarray]:
-    """Per page the Last-Modified ages the history tells, and per host the evidence.
-
-    Reads the registered ``history`` and ``host_names`` relations in batches and judges
-    every observation with ``models.validators.judge_last_modified`` (what the backtest's
-    learner calls on each simulated fetch). Pages not in ``page_ids`` are skipped.
-    """
-    ages = PageAges.zeros(page_ids.shape[0])
+def host_evidence(con: duckdb.DuckDBPyConnection, n_hosts: int) -> np.ndarray:
+    """Per host (``host_names`` codes) the Last-Modified evidence counts (hosts x LM_CODES)
+    summed from the registered ``stats`` (one row per page: cheap)."""
+    table = con.sql(_HOST_EVIDENCE).to_arrow_table()
     evidence = np.zeros((n_hosts, LM_CODES), dtype=np.int64)
-    order = np.argsort(page_ids, kind="stable")
-    sorted_ids = page_ids[order]
-    reader = con.sql(_LAST_MODIFIED_ROWS).to_arrow_reader(1 << 20)
-    for batch in reader:
-        col = {name: batch.column(name) for name in batch.schema.names}
-
-        def floats(name: str, col: dict[str, pa.Array] = col) -> np.ndarray:
-            return np.asarray(col[name].to_numpy(zero_copy_only=False), dtype=np.float64)
-
-        changed = col["changed"].fill_null(-3).to_numpy(zero_copy_only=False).astype(np.int8)
-        age, dated, code = judge_last_modified(
-            floats("t_fetch"), floats("lm"), floats("prev_fetch"), floats("prev_lm"), changed
-        )
-        host = col["host_code"].to_numpy(zero_copy_only=False).astype(np.int64)
-        evidence += np.bincount(host * LM_CODES + code, minlength=evidence.size).reshape(
-            evidence.shape
-        )
-        ids = col["url_id"].to_numpy(zero_copy_only=False)
-        slot = np.minimum(np.searchsorted(sorted_ids, ids), max(sorted_ids.shape[0] - 1, 0))
-        known = np.isfinite(age) & (sorted_ids[slot] == ids if sorted_ids.shape[0] else False)
-        page = order[slot[known]]
-        hit = changed[known] == 1
-        t = np.where(hit, floats("interval_days")[known], 0.0)
-
-        def add(total: np.ndarray, values: np.ndarray, page: np.ndarray = page) -> None:
-            total += np.bincount(page, weights=values, minlength=total.shape[0]).astype(total.dtype)
-
-        add(ages.count, dated[known].astype(np.float64))
-        add(ages.days, age[known])
-        add(ages.n_changed, hit.astype(np.float64))
-        add(ages.changed_sum, t)
-        add(ages.changed_sum_sq, t * t)
-        add(ages.changed_sum_cube, t * t * t)
-    return ages, evidence
+    codes = table["code"].to_numpy()
+    for k, name in enumerate(LM_EVIDENCE_COLUMNS):
+        evidence[codes, k] = table[name].to_numpy()
+    return evidence
 
 
 def read_estimation_inputs(root: str | Path, *, use_catalog: bool = True) -> EstimationInputs:
@@ -190,10 +143,11 @@ def read_estimation_inputs(root: str | Path, *, use_catalog: bool = True) -> Est
 
     DuckDB does the join and turns host and group names into dense integer codes (by
     joining with the small table of distinct names), so no per-page string reaches
-    Python.
+    Python. The Last-Modified ages and each host's evidence come from the same one row
+    per page (kept at commit), never from a scan of the history.
     """
     con = connect()
-    con.register("stats", HistoryStore(root).page_stats_relation(con))
+    con.register("stats", HistoryStore(root).page_sums_relation(con))
     catalog = CatalogStore(root)
     by_catalog = use_catalog and catalog.path.exists()
     if by_catalog:
@@ -211,8 +165,8 @@ def read_estimation_inputs(root: str | Path, *, use_catalog: bool = True) -> Est
         *(col[c] for c in _STAT_COLUMNS),
         check_unique=False,  # one row per url_id: GROUP BY / join on the catalog's key
     )
-    con.register("history", HistoryStore(root).relation(con))
-    ages, evidence = last_modified_ages(con, moments.page_ids, len(host_names))
+    ages = PageAges(*(col[c] for c in _AGE_COLUMNS))
+    evidence = host_evidence(con, len(host_names))
     moments = moments_with_last_modified(moments, ages, evidence, col["host_code"])
     return EstimationInputs(
         moments,

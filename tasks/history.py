@@ -16,9 +16,15 @@ after it, so a reader holding the previous manifest can still finish its query.
 
 At commit each observation is linked to the page's previous observation: ``changed`` is
 filled (304 is unchanged; otherwise the fetcher's flag, else record hashes compared) and
-``interval_days`` is the time since that previous observation. The per-page statistics
-are then updated by adding the cycle's sums, so estimation reads one row per page
-however long the history grows (``rebuild_stats`` recomputes them from scratch).
+``interval_days`` is the time since that previous observation; its Last-Modified is judged
+against the previous observation and the page's last earlier Last-Modified. The per-page
+statistics (``tasks.history_stats``: interval sums, Last-Modified age sums and evidence
+counts) are then updated by adding the cycle's sums, so estimation reads one row per page
+however long the history grows (``rebuild_stats`` recomputes them from scratch). A
+statistics file written before the age sums existed is recomputed from the history once,
+by the next commit or the first ``page_sums`` (estimation). So is the whole file when a
+commit brings an observation not later than the page's previous one (the history's order
+then differs from the commits'; the fetcher's clock).
 
 A commit's memory does not grow with the cycle (issue 8): the staged parts are read a
 record batch at a time, deduplication and linking run on their keys
@@ -54,9 +60,19 @@ from models.schemas import (
     HISTORY_REQUIRED,
     HISTORY_SCHEMA,
     OUTCOMES,
+    PAGE_STATS_FILE_SCHEMA,
     PAGE_STATS_SCHEMA,
 )
-from tasks.history_link import LinkCounts, link_staged, linked_in_staged_order, merge_rows
+from tasks.history_link import LinkOutput, link_staged, linked_in_staged_order, merge_rows
+from tasks.history_stats import (
+    AGE_COLUMNS,
+    kept_stats,
+    rows_sums,
+    stats_sql,
+    updated_stats,
+)
+
+__all__ = ["HistoryStore", "connect", "stats_sql", "validate_history_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -173,12 +189,10 @@ class HistoryStore:
         return _conform(table)
 
     def page_stats(self) -> pa.Table:
-        """Per-page sufficient statistics (PAGE_STATS_SCHEMA), one row per observed page."""
-        entry = self.manifest().get("stats")
-        if entry:
-            path = str(self.dir / entry["file"])
-            return self._checked(lambda: pq.read_table(path, schema=PAGE_STATS_SCHEMA), [path])
-        return self._aggregate_all()
+        """Per-page interval statistics (PAGE_STATS_SCHEMA), one row per page with an
+        observed interval."""
+        con = connect()
+        return self.page_stats_relation(con).to_arrow_table().cast(PAGE_STATS_SCHEMA)
 
     def stats_files(self) -> list[str]:
         """The published statistics file, if any (absolute path)."""
@@ -186,21 +200,56 @@ class HistoryStore:
         return [str(self.dir / entry["file"])] if entry else []
 
     def page_stats_relation(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
-        """The per-page statistics as a DuckDB relation (read in place, no copy)."""
-        entry = self.manifest().get("stats")
-        if entry:
-            path = str(self.dir / entry["file"])
-            return self._checked(lambda: con.read_parquet(path), [path])
-        return con.from_arrow(self._aggregate_all())
+        """The per-page interval statistics as a DuckDB relation (read in place, no copy)."""
+        files = self.stats_files()
+        if not files:
+            return con.from_arrow(self._aggregate_all())
+        rel = self._checked(lambda: con.read_parquet(files[0]), files)
+        if _has_ages(rel):
+            rel = rel.filter("n_intervals > 0")
+        return rel.select(", ".join(PAGE_STATS_SCHEMA.names))
+
+    def page_sums(self) -> pa.Table:
+        """Every column of the statistics (PAGE_STATS_FILE_SCHEMA), one row per page with
+        an interval or a judged Last-Modified (a page seen once may have no interval)."""
+        con = connect()
+        return self.page_sums_relation(con).to_arrow_table().cast(PAGE_STATS_FILE_SCHEMA)
+
+    def page_sums_relation(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
+        """``page_sums`` as a DuckDB relation (read in place). A statistics file written
+        before the age sums existed is first recomputed from the history and published."""
+        files = self.stats_files()
+        if files and _has_ages(self._checked(lambda: con.read_parquet(files[0]), files)):
+            return con.read_parquet(files[0])
+        if not files and not self.files():
+            return con.from_arrow(PAGE_STATS_FILE_SCHEMA.empty_table())
+        with self._lock():
+            if not self.stats_current():
+                log.info("statistics of %s lack the Last-Modified age sums: recomputing", self.dir)
+                self._rebuild_locked()
+        return con.read_parquet(self.stats_files()[0])
+
+    def stats_current(self) -> bool:
+        """Whether the published statistics carry every column (no rebuild pending)."""
+        files = self.stats_files()
+        return bool(files) and _has_ages(
+            self._checked(lambda: connect().read_parquet(files[0]), files)
+        )
 
     def _aggregate_all(self) -> pa.Table:
-        """Statistics recomputed from every published file (no lock, nothing written)."""
+        """Interval statistics recomputed from every published file (no lock, nothing
+        written; the store has no statistics file yet)."""
         files = self.files()
         if not files:
             return PAGE_STATS_SCHEMA.empty_table()
         con = connect()
+        con.register(
+            "stats_source",
+            self._checked(lambda: con.read_parquet(files, union_by_name=True), files),
+        )
         return self._checked(
-            lambda: _aggregate_stats(con, con.read_parquet(files, union_by_name=True)), files
+            lambda: con.sql(stats_sql("stats_source")).to_arrow_table().cast(PAGE_STATS_SCHEMA),
+            files,
         )
 
     # ------------------------------------------------------------------ writing
@@ -233,13 +282,41 @@ class HistoryStore:
         return writer.result
 
     def rebuild_stats(self) -> pa.Table:
-        """Recompute the per-page statistics from the whole history and publish them."""
+        """Recompute the per-page statistics from the whole history and publish them;
+        return the interval statistics (as ``page_stats``).
+
+        Runs like a commit's queries: a memory limit, spilling under a staging folder.
+        """
         with self._lock():
-            manifest = self.manifest()
-            stats = self._aggregate_all()
-            manifest["stats"] = self._write_stats(stats)
+            self._rebuild_locked()
+        return self.page_stats()
+
+    def _rebuild_locked(self) -> None:
+        """``rebuild_stats`` with the lock held."""
+        manifest = self.manifest()
+        files = self.files()
+        stats_rel = f"_stats/v-{uuid.uuid4().hex}.parquet"
+        path = self.dir / stats_rel
+        staging = self.dir / "_staging" / uuid.uuid4().hex
+        try:
+            with commit_connection(staging / "spill", COMMIT_MEMORY_LIMIT) as con:
+                buckets = _buckets(_rows(manifest))
+
+                def write() -> int:
+                    rel = full_stats(con, files, staging / "work", buckets)
+                    return _stream_stats(rel, path)
+
+                try:
+                    pages = self._checked(write, files)
+                except OSError as exc:
+                    raise write_error("statistics", path, exc) from exc
+            manifest["stats"] = {"file": stats_rel, "pages": pages}
             self._publish(manifest, retire=[])
-            return stats
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
     # ------------------------------------------------------------------ internals
 
@@ -252,11 +329,6 @@ class HistoryStore:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def _write_stats(self, stats: pa.Table) -> dict[str, Any]:
-        rel_path = f"_stats/v-{uuid.uuid4().hex}.parquet"
-        _write_parquet(stats.cast(PAGE_STATS_SCHEMA), self.dir / rel_path)
-        return {"file": rel_path, "pages": stats.num_rows}
 
     def _publish(self, manifest: dict[str, Any], retire: list[str]) -> None:
         """Replace the manifest atomically, then delete what the previous commit retired."""
@@ -391,9 +463,12 @@ class CycleWriter:
             written: list[Path] = [store.dir / version]  # removed if the commit cannot finish
             try:
                 with commit_connection(self.staging / "spill", self.memory_limit) as con:
-                    rows = self._write_rows(con, data_path, prior_files, _pages(manifest))
+                    walked = self._write_rows(con, data_path, prior_files, _pages(manifest))
+                    rows = walked.counts
                     written.append(store.dir / stats_rel)
-                    pages = self._write_page_stats(con, data_path, old_files, store.dir / stats_rel)
+                    pages = self._write_page_stats(
+                        con, data_path, walked, prior_files, old_files, store.dir / stats_rel
+                    )
             except BaseException:
                 _remove(written)
                 raise
@@ -427,49 +502,103 @@ class CycleWriter:
 
     def _write_rows(
         self, con: duckdb.DuckDBPyConnection, path: Path, prior_files: list[str], prior_pages: int
-    ) -> LinkCounts:
-        """Deduplicate and link the staged parts into the cycle's data file (streamed).
+    ) -> LinkOutput:
+        """Deduplicate and link the staged parts into the cycle's data file (streamed), and
+        judge their Last-Modified (``LinkOutput.ages``).
 
         ``prior_pages`` (about how many pages the published history has) sizes the buckets.
+        Unlinked rows (``link=False``) keep their own ``changed``/``interval_days``; they
+        are walked with the history's last observations too, for the Last-Modified.
         """
         parts = [str(p) for p in self.parts]
         work = self.staging / "work"
-        linked: Path
-        counts: LinkCounts
+        buckets = _buckets(sum(self.part_rows) + prior_pages)
+        walked: LinkOutput
         if self.link:
-            keys = sum(self.part_rows) + prior_pages
-            buckets = max(1, -(-keys // COMMIT_BUCKET_ROWS))
-            linked, counts = self._guarded(
+            walked = self._guarded(
                 "link", work, prior_files, lambda: _link(con, parts, prior_files, work, buckets)
             )
         else:
-            buckets = max(1, -(-sum(self.part_rows) // COMMIT_BUCKET_ROWS))
-            linked, counts = self._guarded(
-                "deduplication", work, [], lambda: _deduplicate(con, parts, work, buckets)
+            walked = self._guarded(
+                "deduplication",
+                work,
+                prior_files,
+                lambda: _deduplicate(con, parts, prior_files, work, buckets),
             )
 
         def write() -> int:
             in_order = linked_in_staged_order(
-                con, linked, self.part_rows, COMMIT_BUCKET_ROWS, COMMIT_BATCH_ROWS
+                con, walked.linked, self.part_rows, COMMIT_BUCKET_ROWS, COMMIT_BATCH_ROWS
             )
             rows = merge_rows(parts, in_order, relink=self.link, batch_rows=COMMIT_BATCH_ROWS)
             return _write_parquet(TableStream(HISTORY_SCHEMA, rows), path)
 
         self._guarded("data file", path, [], write)
-        return counts
+        return walked
 
     def _write_page_stats(
-        self, con: duckdb.DuckDBPyConnection, data_path: Path, old_files: list[str], path: Path
+        self,
+        con: duckdb.DuckDBPyConnection,
+        data_path: Path,
+        walked: LinkOutput,
+        prior_files: list[str],
+        old_files: list[str],
+        path: Path,
     ) -> int:
-        """The statistics plus this cycle's sums (minus a replaced version's), streamed."""
+        """The statistics plus this cycle's sums (minus a replaced version's), streamed.
+
+        Recomputed from the whole history instead when the published ones lack the age
+        sums (written before them), or when this cycle or the version it replaces has an
+        observation not later than the page's previous one (``LinkCounts.unordered``).
+        """
         store = self.store
-        checked = [*old_files, *store.stats_files()]
+        work = self.staging / "work"
+        stats_files = store.stats_files()
+        checked = [*old_files, *stats_files, *prior_files]
+        manifest = store.manifest()
+        buckets = _buckets(sum(self.part_rows) + _pages(manifest))
 
         def write() -> int:
-            rel = _updated_stats(con, store, str(data_path), old_files, self.staging / "work")
-            with rel.to_arrow_reader(batch_size=COMMIT_BATCH_ROWS) as reader:
-                tables = (pa.Table.from_batches([b]) for b in reader)
-                return _write_parquet(TableStream(PAGE_STATS_SCHEMA, tables), path)
+            stale = not store.stats_current() if stats_files else bool(prior_files)
+            whole = stale or walked.counts.unordered > 0
+            removed_ages = None
+            if old_files and not whole:
+                old = link_staged(
+                    con,
+                    old_files,
+                    prior_files,
+                    work / "old",
+                    COMMIT_BATCH_ROWS,
+                    buckets,
+                    given_links=True,
+                )
+                whole = old.counts.unordered > 0
+                removed_ages = old.ages
+            if whole:
+                log.info("cycle %s: statistics recomputed from the whole history", self.cycle_id)
+                history_rows = sum(self.part_rows) + _rows(manifest, skip=self.cycle_id)
+                files = [*prior_files, str(data_path)]
+                rel = full_stats(con, files, work / "full", _buckets(history_rows))
+            else:
+                added = rows_sums(
+                    con, con.read_parquet(str(data_path)), str(walked.ages), work / "added"
+                )
+                removed = None
+                if removed_ages is not None:
+                    removed = rows_sums(
+                        con,
+                        con.read_parquet(old_files, union_by_name=True),
+                        str(removed_ages),
+                        work / "removed",
+                    )
+                rel = (
+                    updated_stats(
+                        con, con.read_parquet(stats_files[0]), added, removed, work / "stats"
+                    )
+                    if stats_files
+                    else kept_stats(con, added)
+                )
+            return _stream_stats(rel, path)
 
         rows: int = self._guarded("statistics", path, checked, write)
         return rows
@@ -487,6 +616,16 @@ class CycleWriter:
                 f"memory limit {self.memory_limit} and the spill folder {self.staging}: {exc}. "
                 "Nothing was published; free disk space (or raise the limit) and re-run."
             ) from exc
+
+
+def _buckets(rows: int) -> int:
+    """How many buckets of pages a walk over about ``rows`` rows takes."""
+    return max(1, -(-rows // COMMIT_BUCKET_ROWS))
+
+
+def _rows(manifest: dict[str, Any], skip: int | None = None) -> int:
+    """Rows of the published history (but the cycle ``skip``)."""
+    return sum(int(e.get("rows", 0)) for c, e in manifest["cycles"].items() if c != str(skip))
 
 
 def _pages(manifest: dict[str, Any]) -> int:
@@ -579,13 +718,17 @@ def validate_history_rows(
 
 
 def _deduplicate(
-    con: duckdb.DuckDBPyConnection, parts: list[str], work: Path, buckets: int
-) -> tuple[Path, LinkCounts]:
+    con: duckdb.DuckDBPyConnection,
+    parts: list[str],
+    prior_files: list[str],
+    work: Path,
+    buckets: int,
+) -> LinkOutput:
     """One row per (url_id, fetched_at): a retried write of the same attempt counts once.
 
     Rows keep their own ``changed``/``interval_days`` (``link=False``); see ``_link``.
     """
-    return link_staged(con, parts, [], work, COMMIT_BATCH_ROWS, buckets)
+    return link_staged(con, parts, prior_files, work, COMMIT_BATCH_ROWS, buckets, given_links=True)
 
 
 def _link(
@@ -594,113 +737,49 @@ def _link(
     prior_files: list[str],
     work: Path,
     buckets: int,
-) -> tuple[Path, LinkCounts]:
+) -> LinkOutput:
     """Deduplicate, and fill ``changed`` and ``interval_days`` against each page's previous
     observation (``tasks.history_link``): ``work/linked.parquet``, sorted by page.
 
-    Refuses the cycle if an observation is not later than the page's previous one.
+    Refuses the cycle if an observation whose change is known is not later than the page's
+    previous one.
     """
-    linked, counts = link_staged(con, parts, prior_files, work, COMMIT_BATCH_ROWS, buckets)
+    walked = link_staged(con, parts, prior_files, work, COMMIT_BATCH_ROWS, buckets)
+    counts = walked.counts
     if counts.backward:
         raise HistoryInputError(
             f"{counts.backward} observation(s) are not later than the page's previous "
             f"stored observation (e.g. url_id {counts.backward_example}); check the "
             "fetcher's clock"
         )
-    return linked, counts
+    return walked
 
 
-_STATS_SQL = """
-SELECT url_id, any_value(host) AS host,
-       count(*) AS n_intervals,
-       sum(c)::BIGINT AS n_changed,
-       sum(interval_days) - sum(tc) AS unchanged_days,
-       sum(tc) AS changed_sum,
-       sum(tc * tc) AS changed_sum_sq,
-       sum(tc * tc * tc) AS changed_sum_cube
-FROM (
-    SELECT url_id, host, interval_days, changed::INTEGER AS c,
-           interval_days * changed::DOUBLE AS tc
-    FROM {source}
-    WHERE interval_days IS NOT NULL AND changed IS NOT NULL
-)
-GROUP BY url_id
-"""
-
-
-def stats_sql(source: str) -> str:
-    """The per-page sufficient-statistics query over a named relation (a view or table)."""
-    return _STATS_SQL.format(source=source)
-
-
-def _aggregate_stats(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation) -> pa.Table:
-    con.register("stats_source", rel)
-    return con.sql(stats_sql("stats_source")).to_arrow_table().cast(PAGE_STATS_SCHEMA)
-
-
-_COMBINE_SQL = """
-SELECT url_id, coalesce(a.host, b.host) AS host,
-       coalesce(a.n_intervals, 0) {op} coalesce(b.n_intervals, 0) AS n_intervals,
-       coalesce(a.n_changed, 0) {op} coalesce(b.n_changed, 0) AS n_changed,
-       coalesce(a.unchanged_days, 0) {op} coalesce(b.unchanged_days, 0) AS unchanged_days,
-       coalesce(a.changed_sum, 0) {op} coalesce(b.changed_sum, 0) AS changed_sum,
-       coalesce(a.changed_sum_sq, 0) {op} coalesce(b.changed_sum_sq, 0) AS changed_sum_sq,
-       coalesce(a.changed_sum_cube, 0) {op} coalesce(b.changed_sum_cube, 0) AS changed_sum_cube
-FROM {a} a FULL OUTER JOIN {b} b USING (url_id)
-"""
-
-#: a - b for replacing a cycle: sums that cancel are snapped to exact zero.
-#: After replacing a cycle: a page with no unchanged interval left has exactly zero
-#: unchanged days, one with no changed interval exactly zero changed sums (not the
-#: rounding residue of subtracting what the replaced version had added).
-_SNAP_SQL = """
-SELECT url_id, host, n_intervals, n_changed,
-       if(n_intervals = n_changed, 0, unchanged_days) AS unchanged_days,
-       if(n_changed = 0, 0, changed_sum) AS changed_sum,
-       if(n_changed = 0, 0, changed_sum_sq) AS changed_sum_sq,
-       if(n_changed = 0, 0, changed_sum_cube) AS changed_sum_cube
-FROM ({stats})
-"""
-
-#: Pages left with no interval (all of theirs were in a replaced version) are dropped.
-_OBSERVED_SQL = "SELECT * FROM ({stats}) WHERE n_intervals > 0"
-
-
-def _updated_stats(
-    con: duckdb.DuckDBPyConnection,
-    store: HistoryStore,
-    data_file: str,
-    old_files: list[str],
-    work: Path,
+def full_stats(
+    con: duckdb.DuckDBPyConnection, files: list[str], work: Path, buckets: int
 ) -> duckdb.DuckDBPyRelation:
-    """The published statistics plus the new data file's sums, minus the replaced
-    version's (``old_files``), as a lazy relation.
+    """Every column of the statistics recomputed from these history files (all of the
+    history, in cycle order): the stored rows walked page by page in time, with their own
+    links, as the commits walked them."""
+    if not files:
+        return con.from_arrow(PAGE_STATS_FILE_SCHEMA.empty_table())
+    walked = link_staged(
+        con, files, [], work, COMMIT_BATCH_ROWS, buckets, given_links=True, deduplicate=False
+    )
+    rows = con.read_parquet(files, union_by_name=True)
+    return kept_stats(con, rows_sums(con, rows, str(walked.ages), work / "sums"))
 
-    The sums go through Parquet files under ``work``, one aggregate or join per query:
-    DuckDB spills each on its own, not several at once (see ``tasks.history_link``).
-    """
-    work.mkdir(parents=True, exist_ok=True)
-    con.register("cycle_new", con.read_parquet(data_file))
-    delta = work / "stats_delta.parquet"
-    con.sql(stats_sql("cycle_new")).to_parquet(str(delta))
-    con.register("stats_delta", con.read_parquet(str(delta)))
-    change = "stats_delta"
-    if old_files:
-        con.register("cycle_old", con.read_parquet(old_files, union_by_name=True))
-        old = work / "stats_old.parquet"
-        con.sql(stats_sql("cycle_old")).to_parquet(str(old))
-        con.register("stats_old", con.read_parquet(str(old)))
-        difference = work / "stats_change.parquet"
-        con.sql(_COMBINE_SQL.format(a="stats_delta", b="stats_old", op="-")).to_parquet(
-            str(difference)
-        )
-        con.register("stats_change", con.read_parquet(str(difference)))
-        change = "stats_change"
-    con.register("stats_base", store.page_stats_relation(con))
-    updated = _COMBINE_SQL.format(a="stats_base", b=change, op="+")
-    if old_files:
-        updated = _SNAP_SQL.format(stats=updated)
-    return con.sql(_OBSERVED_SQL.format(stats=updated))
+
+def _stream_stats(rel: duckdb.DuckDBPyRelation, path: Path) -> int:
+    """Write a statistics relation into ``path`` a row group at a time."""
+    with rel.to_arrow_reader(batch_size=COMMIT_BATCH_ROWS) as reader:
+        tables = (pa.Table.from_batches([b]) for b in reader)
+        return _write_parquet(TableStream(PAGE_STATS_FILE_SCHEMA, tables), path)
+
+
+def _has_ages(rel: duckdb.DuckDBPyRelation) -> bool:
+    """Whether a statistics file has the age columns (written since they exist)."""
+    return set(AGE_COLUMNS) <= set(rel.columns)
 
 
 # ---------------------------------------------------------------------- files

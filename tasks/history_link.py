@@ -26,6 +26,15 @@ join, aggregate, sort) must all fit the memory limit at once and fail with an
 out-of-memory error where each alone spills. A window per page (the obvious SQL) was
 also several times slower once spilling.
 
+The same walk judges each observation's Last-Modified (``models.validators.
+judge_last_modified``) against the page's previous observation and the last Last-Modified
+among its earlier ones (the prior rows carry the history's, step 1), and writes the
+judgements to ``ages.parquet``: summed per page, they are the statistics' age columns
+(``tasks.history_stats``). Rebuilding them walks the whole history the same way, with no
+prior rows and the rows' own ``changed``/``interval_days``. An observation not later than
+the page's previous one is counted (``LinkCounts.unordered``): the history's order then
+differs from the order of the commits, and the caller recomputes the ages from scratch.
+
 The rules are the ones the store always applied: the first staged copy of a
 (url_id, fetched_at) is kept; a row's previous observation is the page's last ``ok`` or
 ``not_modified`` before it (the history's last one precedes all of the cycle's, even when
@@ -48,11 +57,20 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
+from models.validators import judge_last_modified
 
 #: Bits of a row's position below the part index (a part of up to 2**40 rows).
 PART_SHIFT = 40
 #: Staged columns the link needs; the rest of a row is only read when it is written out.
-KEY_COLUMNS = ("url_id", "fetched_at", "outcome", "record_hash", "changed")
+KEY_COLUMNS = (
+    "url_id",
+    "fetched_at",
+    "outcome",
+    "record_hash",
+    "changed",
+    "interval_days",
+    "last_modified",
+)
 DAY_US = 86_400e6
 
 LINKED_SCHEMA = pa.schema(
@@ -63,34 +81,68 @@ LINKED_SCHEMA = pa.schema(
     ]
 )
 
+#: One judged observation: its page, the evidence code, and what it adds to the page's age
+#: sums (``age`` and ``t``, the changed interval, are 0 where it adds nothing).
+AGES_SCHEMA = pa.schema(
+    [
+        pa.field("url_id", pa.int64(), nullable=False),
+        pa.field("code", pa.int8(), nullable=False),
+        pa.field("aged", pa.bool_(), nullable=False),
+        pa.field("dated", pa.bool_(), nullable=False),
+        pa.field("age", pa.float64(), nullable=False),
+        pa.field("hit", pa.bool_(), nullable=False),
+        pa.field("t", pa.float64(), nullable=False),
+    ]
+)
+
 # The queries spell out OBSERVATION_OUTCOMES and PART_SHIFT (no SQL is built from strings).
 assert set(OBSERVATION_OUTCOMES) == {"ok", "not_modified"} and PART_SHIFT == 40
 
-# The page's last observation time, and the time of its last observation with a record
-# hash (the old ``arg_max(record_hash, fetched_at)``, which skips NULL hashes: after a 304
-# the cycle's first observation is compared with the last hash seen).
+#: ``lm_days(header)``: a raw Last-Modified in days since the epoch, parsed as RFC 9110
+#: section 5.6.7 says (the IMF-fixdate and the two obsolete forms a recipient must accept;
+#: anything else is NULL). A date before ``FIRST_WEB_DAY`` is no date either: the queries
+#: and ``LinkPass`` drop it.
+LM_DAYS_MACRO = """
+CREATE OR REPLACE TEMP MACRO lm_days(header) AS epoch_us(try_strptime(trim(header), [
+    '%a, %d %b %Y %H:%M:%S GMT', '%A, %d-%b-%y %H:%M:%S GMT', '%a %b %d %H:%M:%S %Y'
+])) / 86400e6
+"""
+#: 1991-01-01 in days since the epoch (the queries spell it out).
+FIRST_WEB_DAY = 7670.0
+
+# The page's last observation time, the time of its last observation with a record hash
+# (the old ``arg_max(record_hash, fetched_at)``, which skips NULL hashes: after a 304 the
+# cycle's first observation is compared with the last hash seen), and its last parsed
+# Last-Modified (in days; a fixed-size state, like the others).
 _PRIOR_LAST_SQL = """
 SELECT url_id, max(fetched_at) AS last_at,
-       max(fetched_at) FILTER (WHERE record_hash IS NOT NULL) AS hash_at
-FROM prior_history
-WHERE outcome IN ('ok', 'not_modified') AND hash(url_id) % $buckets = $bucket
+       max(fetched_at) FILTER (WHERE record_hash IS NOT NULL) AS hash_at,
+       arg_max(lm, fetched_at) FILTER (WHERE lm >= 7670) AS last_lm
+FROM (
+    SELECT url_id, fetched_at, record_hash, lm_days(last_modified) AS lm
+    FROM prior_history
+    WHERE outcome IN ('ok', 'not_modified') AND hash(url_id) % $buckets = $bucket
+)
 GROUP BY url_id
 """
 
 _PRIOR_ROWS_SQL = """
-SELECT l.url_id, l.last_at AS fetched_at, p.record_hash
+SELECT l.url_id, l.last_at AS fetched_at, p.record_hash, l.last_lm
 FROM prior_last l LEFT JOIN prior_history p
     ON p.url_id = l.url_id AND p.fetched_at = l.hash_at
    AND p.record_hash IS NOT NULL AND p.outcome IN ('ok', 'not_modified')
 """
 
+# The prior row carries the page's last Last-Modified as its own: the cycle's first
+# observations take it as the previous one.
 _SORTED_KEYS_SQL = """
 SELECT url_id, true AS in_cycle, fetched_at,
        (file_index << 40) + file_row_number AS pos,
-       outcome, record_hash, changed AS given_changed
+       outcome, record_hash, changed AS given_changed, interval_days AS given_interval,
+       lm_days(last_modified) AS lm
 FROM staged WHERE hash(url_id) % $buckets = $bucket
 UNION ALL
-SELECT url_id, false, fetched_at, NULL, 'ok', record_hash, NULL FROM prior_rows
+SELECT url_id, false, fetched_at, NULL, 'ok', record_hash, NULL, NULL, last_lm FROM prior_rows
 ORDER BY url_id, in_cycle, fetched_at, pos
 """
 
@@ -101,43 +153,57 @@ SELECT pos, changed, interval_days FROM linked WHERE pos >= $low AND pos < $high
 
 @dataclass(frozen=True)
 class LinkCounts:
-    """What the pass saw: kept rows, observations, and backward intervals."""
+    """What the pass saw: kept rows, observations, backward intervals (of those whose
+    ``changed`` is known), and observations not later than the page's previous one."""
 
     rows: int
     observations: int
     backward: int
     backward_example: int | None
+    unordered: int = 0
 
 
 class LinkPass:
     """Walks the sorted keys once (see the module docstring), a record batch at a time.
 
     State carried between batches: the key of the last row (a duplicate may straddle two
-    batches) and the last observation (the previous one of the next batch's first rows).
+    batches), the last observation (the previous one of the next batch's first rows) and
+    the last observation with a Last-Modified. ``given_links``: judge Last-Modified with
+    the rows' own ``changed``/``interval_days`` (unlinked commits, stored rows) instead of
+    the ones this pass computes; ``deduplicate``: drop later copies of a (url_id,
+    fetched_at) (not when walking the stored history, which has none within a cycle).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, given_links: bool = False, deduplicate: bool = True) -> None:
+        self.given_links = given_links
+        self.deduplicate = deduplicate
         self._last_key: tuple[int, bool, int] | None = None
         self._obs_url: int | None = None
         self._obs_at = 0
         self._obs_hash: str | None = None
+        self._lm_url = -1  # no page: url_ids are compared with it
+        self._lm = np.nan
         self.rows = 0
         self.observations = 0
         self.backward = 0
         self.backward_example: int | None = None
+        self.unordered = 0
 
     def counts(self) -> LinkCounts:
-        return LinkCounts(self.rows, self.observations, self.backward, self.backward_example)
+        return LinkCounts(
+            self.rows, self.observations, self.backward, self.backward_example, self.unordered
+        )
 
-    def step(self, batch: pa.RecordBatch) -> pa.Table:
-        """The batch's kept cycle rows as ``LINKED_SCHEMA`` (in the batch's order)."""
+    def step(self, batch: pa.RecordBatch) -> tuple[pa.Table, pa.Table]:
+        """The batch's kept cycle rows as ``LINKED_SCHEMA`` (in the batch's order), and the
+        Last-Modified judgements of its observations as ``AGES_SCHEMA``."""
         n = batch.num_rows
         if n == 0:
-            return LINKED_SCHEMA.empty_table()
+            return LINKED_SCHEMA.empty_table(), AGES_SCHEMA.empty_table()
         url = batch.column("url_id").to_numpy()
         cyc = batch.column("in_cycle").to_numpy(zero_copy_only=False)
         at = batch.column("fetched_at").cast(pa.int64()).to_numpy()
-        keep = self._first_copies(url, cyc, at)
+        keep = self._first_copies(url, cyc, at) if self.deduplicate else np.ones(n, dtype=bool)
         self._last_key = (int(url[-1]), bool(cyc[-1]), int(at[-1]))
 
         url, cyc, at = url[keep], cyc[keep], at[keep]
@@ -147,6 +213,8 @@ class LinkPass:
         given = batch.column("given_changed").filter(mask)
         pos = batch.column("pos").filter(mask)
         observed = pc.is_in(outcome, pa.array(OBSERVATION_OUTCOMES)).to_numpy(zero_copy_only=False)
+        lm = _floats(batch.column("lm").filter(mask))
+        lm = np.where(lm >= FIRST_WEB_DAY, lm, np.nan)  # NaN stays NaN
 
         m = len(url)
         index = np.arange(m)
@@ -176,13 +244,23 @@ class LinkPass:
         changed = np.where(not_modified, False, np.where(given_valid, given_value, differs_value))
         interval = (at - prev_at) / DAY_US
 
+        ours = cyc
+        judged = self._judge(
+            batch.select(["given_changed", "given_interval"]).filter(mask),
+            url,
+            at,
+            lm,
+            (observed, ours, has_previous, not_modified),
+            prev_at,
+            (changed, ~unknown, interval),
+        )
         if observed.any():
             last = int(last_observed[-1])
             self._obs_url, self._obs_at = int(url[last]), int(at[last])
             self._obs_hash = record_hash[last].as_py()
 
-        ours = cyc
         backward = ours & ~unknown & (interval <= 0)
+        self.unordered += int((ours & observed & has_previous & (at <= prev_at)).sum())
         self.rows += int(ours.sum())
         self.observations += int((ours & observed).sum())
         if backward.any():
@@ -190,13 +268,79 @@ class LinkPass:
             if self.backward_example is None:
                 self.backward_example = int(url[backward][0])
         null = unknown[ours]
-        return pa.table(
+        linked = pa.table(
             {
                 "pos": pos.filter(pa.array(ours)),
                 "changed": pa.array(changed[ours], pa.bool_(), mask=null),
                 "interval_days": pa.array(interval[ours], pa.float64(), mask=null),
             },
             schema=LINKED_SCHEMA,
+        )
+        return linked, judged
+
+    def _judge(
+        self,
+        given: pa.RecordBatch,
+        url: np.ndarray,
+        at: np.ndarray,
+        lm: np.ndarray,
+        flags: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        prev_at: np.ndarray,
+        computed: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> pa.Table:
+        """Judge the Last-Modified of the cycle's observations as the history records
+        them: against the previous observation, the last earlier Last-Modified, ``changed``
+        (-1 for a first observation) and ``interval_days``; only where either date is known.
+
+        ``given`` holds the kept rows' own ``given_changed``/``given_interval``; ``flags``
+        are per kept row ``observed, ours (a cycle row), has_previous, not_modified``;
+        ``computed`` the pass's ``changed``, whether it is known, and ``interval``.
+        """
+        observed, ours, has_previous, not_modified = flags
+        dated_row = np.isfinite(lm) & observed  # a prior row carries the page's last one
+        index = np.arange(len(url))
+        last_dated = np.maximum.accumulate(np.where(dated_row, index, -1))
+        previous = np.concatenate(([-1], last_dated[:-1]))
+        in_batch = (previous >= 0) & (url[np.maximum(previous, 0)] == url)
+        carried = ~in_batch & (url == self._lm_url)
+        prev_lm = np.where(
+            in_batch, lm[np.maximum(previous, 0)], np.where(carried, self._lm, np.nan)
+        )
+        if last_dated[-1] >= 0:
+            self._lm_url, self._lm = int(url[last_dated[-1]]), float(lm[last_dated[-1]])
+
+        judged = ours & observed & (np.isfinite(lm) | np.isfinite(prev_lm))
+        if not judged.any():
+            return AGES_SCHEMA.empty_table()
+        if self.given_links:
+            changed = given.column("given_changed")
+            known = not_modified | changed.is_valid().to_numpy(zero_copy_only=False)
+            value = ~not_modified & changed.fill_null(False).to_numpy(zero_copy_only=False)
+            interval = _floats(given.column("given_interval"))
+        else:
+            value, known, interval = computed
+        code = np.where(~has_previous, -1, np.where(known, value.astype(np.int8), -3))
+        code, interval = code[judged].astype(np.int8), interval[judged]
+        age, dated, evidence = judge_last_modified(
+            at[judged] / DAY_US,
+            lm[judged],
+            np.where(has_previous, prev_at / DAY_US, np.nan)[judged],
+            prev_lm[judged],
+            code,
+        )
+        aged = np.isfinite(age)
+        hit = aged & (code == 1)
+        return pa.table(
+            {
+                "url_id": url[judged],
+                "code": evidence,
+                "aged": aged,
+                "dated": dated,
+                "age": np.where(aged, age, 0.0),
+                "hit": hit,
+                "t": np.where(hit, interval, 0.0),
+            },
+            schema=AGES_SCHEMA,
         )
 
     def _first_copies(self, url: np.ndarray, cyc: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -208,6 +352,21 @@ class LinkPass:
         return ~again
 
 
+def _floats(column: pa.Array) -> np.ndarray:
+    """A nullable float column as float64 with NaN for NULL."""
+    return np.asarray(column.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False))
+
+
+@dataclass(frozen=True)
+class LinkOutput:
+    """Files of one walk: linked rows (``LINKED_SCHEMA``, one per kept cycle row) and
+    Last-Modified judgements (``AGES_SCHEMA``), with the counts."""
+
+    linked: Path
+    ages: Path
+    counts: LinkCounts
+
+
 def link_staged(
     con: duckdb.DuckDBPyConnection,
     parts: list[str],
@@ -215,27 +374,38 @@ def link_staged(
     work: Path,
     batch_rows: int,
     buckets: int,
-) -> tuple[Path, LinkCounts]:
-    """Steps 1 and 2 of the module docstring: ``work/linked.parquet`` and the counts.
+    *,
+    given_links: bool = False,
+    deduplicate: bool = True,
+) -> LinkOutput:
+    """Steps 1 and 2 of the module docstring: ``work/linked.parquet``, ``work/ages.parquet``
+    and the counts (``LinkPass`` says what ``given_links`` and ``deduplicate`` do).
 
     The pages are split into ``buckets`` by a hash of their url_id and linked one bucket
     at a time (see the module docstring).
     """
     work.mkdir(parents=True, exist_ok=True)
+    con.execute(LM_DAYS_MACRO)
     con.register("staged", _staged_keys(con, parts))
     if prior_files:
         con.register("prior_history", con.read_parquet(prior_files, union_by_name=True))
-    linked_path = work / "linked.parquet"
-    walk = LinkPass()  # buckets hold disjoint pages: its carried state never crosses one
-    with pq.ParquetWriter(linked_path, LINKED_SCHEMA) as writer:
+    linked_path, ages_path = work / "linked.parquet", work / "ages.parquet"
+    # buckets hold disjoint pages: its carried state never crosses one
+    walk = LinkPass(given_links=given_links, deduplicate=deduplicate)
+    with (
+        pq.ParquetWriter(linked_path, LINKED_SCHEMA) as linked_writer,
+        pq.ParquetWriter(ages_path, AGES_SCHEMA) as ages_writer,
+    ):
         for bucket in range(buckets):
             which = {"buckets": buckets, "bucket": bucket}
             con.register("prior_rows", _prior_rows(con, prior_files, work, which))
             sorted_keys = con.sql(_SORTED_KEYS_SQL, params=which)
             with sorted_keys.to_arrow_reader(batch_size=batch_rows) as reader:
                 for batch in reader:
-                    writer.write_table(walk.step(batch))
-    return linked_path, walk.counts()
+                    linked, ages = walk.step(batch)
+                    linked_writer.write_table(linked)
+                    ages_writer.write_table(ages)
+    return LinkOutput(linked_path, ages_path, walk.counts())
 
 
 def _prior_rows(
@@ -243,11 +413,8 @@ def _prior_rows(
 ) -> duckdb.DuckDBPyRelation:
     """Step 1 for one bucket: its pages' last observations in the published history."""
     if not prior_files:
-        return con.from_arrow(
-            pa.schema(
-                [HISTORY_SCHEMA.field(c) for c in ("url_id", "fetched_at", "record_hash")]
-            ).empty_table()
-        )
+        fields = [HISTORY_SCHEMA.field(c) for c in ("url_id", "fetched_at", "record_hash")]
+        return con.from_arrow(pa.schema([*fields, pa.field("last_lm", pa.float64())]).empty_table())
     last_path = work / f"prior_last-{which['bucket']}.parquet"
     con.sql(_PRIOR_LAST_SQL, params=which).to_parquet(str(last_path))
     con.register("prior_last", con.read_parquet(str(last_path)))
@@ -263,7 +430,10 @@ def _staged_keys(con: duckdb.DuckDBPyConnection, parts: list[str]) -> duckdb.Duc
         return con.from_arrow(empty).select(
             f"{columns}, 0::BIGINT AS file_index, 0::BIGINT AS file_row_number"
         )
-    return con.read_parquet(parts).select(f"{columns}, file_index, file_row_number")
+    # by name: stored history files written before a column existed lack it
+    return con.read_parquet(parts, union_by_name=True).select(
+        f"{columns}, file_index, file_row_number"
+    )
 
 
 def linked_in_staged_order(
