@@ -219,8 +219,6 @@ def test_secrets_are_refused_as_flow_parameters():
 #: SQL text built from variables, each reviewed: the variables are constants of the code
 #: (operators, schema column names and types), never data.
 REVIEWED_SQL_INTERPOLATIONS = {
-    # _COMBINE_SQL / _SNAP_SQL / _OBSERVED_SQL .format(): constant relation names and "+"|"-"
-    ("tasks/history.py", "_updated_stats"),
     ("tasks/catalog.py", "relation"),  # NULL::<type> AS <schema column> for missing columns
 }
 _SQL_METHODS = {"sql", "execute", "query", "filter", "project", "aggregate", "order"}
