@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.backtest_hosts import HostSlice, format_host_slices, freshness_by_hosts
+from models.backtest_hosts import HostSlice, format_host_slices, freshness_by_hosts, gap_share
 from models.backtest_last_modified import LastModifiedClock, LastModifiedShares
 from models.backtest_learning import (
     MixturePriorLearner,
@@ -219,8 +219,7 @@ class BacktestResult:
             mine = self.by_name(name)
         except KeyError:
             return float("nan")
-        gap = oracle.freshness - uniform.freshness
-        return (mine.freshness - uniform.freshness) / gap if gap != 0 else float("nan")
+        return gap_share(mine.freshness, oracle.freshness, uniform.freshness)
 
 
 def run_backtest(config: BacktestConfig, workload: Workload | None = None) -> BacktestResult:

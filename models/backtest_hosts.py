@@ -32,6 +32,13 @@ from models.backtest_workloads import Workload
 BoolArray = NDArray[np.bool_]
 
 
+def gap_share(mine: float, oracle: float, uniform: float) -> float:
+    """Share of the oracle-minus-uniform freshness gap a policy at ``mine`` closes (NaN
+    when there is no gap)."""
+    gap = oracle - uniform
+    return (mine - uniform) / gap if gap != 0 else float("nan")
+
+
 @dataclass(frozen=True)
 class HostSlice:
     """The pages of one slice of hosts, and each policy's window freshness on them.
@@ -54,8 +61,7 @@ class HostSlice:
             oracle, uniform, mine = (self.freshness[k] for k in ("oracle", "uniform", name))
         except KeyError:
             return float("nan")
-        gap = oracle - uniform
-        return (mine - uniform) / gap if abs(gap) > 1e-12 else float("nan")
+        return gap_share(mine, oracle, uniform)
 
     def shortfall(self, name: str) -> float:
         """How much of the web's freshness ``name`` loses to the oracle on this slice."""
