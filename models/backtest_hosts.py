@@ -31,6 +31,9 @@ from models.backtest_workloads import Workload
 
 BoolArray = NDArray[np.bool_]
 
+#: Labels of the split by host capacity (read by ``models/backtest_targets.py``).
+BOUND_HOSTS, OTHER_HOSTS = "capacity-bound hosts", "other hosts"
+
 
 def gap_share(mine: float, oracle: float, uniform: float) -> float:
     """Share of the oracle-minus-uniform freshness gap a policy at ``mine`` closes (NaN
@@ -85,8 +88,8 @@ def freshness_by_hosts(workload: Workload, totals: PageTotals, budget: float) ->
     if kind is None:
         kind = np.full(web.n_hosts, LM_ABSENT, dtype=np.int64)
     splits = [
-        ("capacity-bound hosts", bound),
-        ("other hosts", ~bound),
+        (BOUND_HOSTS, bound),
+        (OTHER_HOSTS, ~bound),
         ("Last-Modified honest", kind == LM_HONEST),
         ('Last-Modified "now"', kind == LM_NOW),
         ("no Last-Modified", kind == LM_ABSENT),

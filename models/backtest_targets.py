@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.backtest import BAND_LABELS, BacktestResult, recovery
+from models.backtest_hosts import BOUND_HOSTS, OTHER_HOSTS
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def _loss_hosts(result: BacktestResult, name: str) -> str:
     """Where capacity-bound hosts hold the shortfall: their share of it, and the gap the
     policy closes on them against the other hosts (empty when no host's capacity binds)."""
     slices = {part.label: part for part in result.host_slices}
-    bound, other = slices.get("capacity-bound hosts"), slices.get("other hosts")
+    bound, other = slices.get(BOUND_HOSTS), slices.get(OTHER_HOSTS)
     if bound is None or other is None or bound.hosts == 0:
         return ""
     lost = bound.shortfall(name) + other.shortfall(name)
