@@ -96,10 +96,18 @@ COMMIT_BUCKET_ROWS = 500_000
 COMMIT_BATCH_ROWS = 65_536
 
 
-def connect() -> duckdb.DuckDBPyConnection:
-    """An in-process DuckDB connection for the store's queries (no progress bar in logs)."""
-    con = duckdb.connect()
-    con.execute("SET enable_progress_bar = false")
+def connect(config: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-process DuckDB connection for the store's queries (no progress bar in logs).
+
+    ``config`` is DuckDB's connect-time configuration (memory limit, spill folder...).
+    The progress bar is a per-connection setting and cannot be given there. Inside a
+    Jupyter kernel without ``ipywidgets`` DuckDB's Python client starts with the bar off
+    and refuses any statement that sets it, even to off (duckdb/duckdb#6831, #7590), so it
+    is switched off only where it is on.
+    """
+    con = duckdb.connect(config=config or {})
+    if con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]:
+        con.execute("SET enable_progress_bar = false")
     return con
 
 
@@ -804,7 +812,7 @@ def commit_connection(spill_dir: Path, memory_limit: str) -> duckdb.DuckDBPyConn
     """
     spill_dir.mkdir(parents=True, exist_ok=True)
     try:
-        con = duckdb.connect(
+        return connect(
             config={
                 "memory_limit": memory_limit,
                 "temp_directory": str(spill_dir),
@@ -814,8 +822,6 @@ def commit_connection(spill_dir: Path, memory_limit: str) -> duckdb.DuckDBPyConn
         )
     except duckdb.Error as exc:
         raise HistoryInputError(f"bad commit memory limit {memory_limit!r}: {exc}") from None
-    con.execute("SET enable_progress_bar = false")
-    return con
 
 
 @dataclass(frozen=True)
