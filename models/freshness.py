@@ -69,11 +69,19 @@ def freshness_gain(
     """
     lam = np.asarray(rate, dtype=np.float64)
     since = np.asarray(days_since_visit, dtype=np.float64)
-    interval = np.asarray(interval_days, dtype=np.float64)
     p_stale = -np.expm1(-lam * since)
+    return np.asarray(p_stale * fresh_days_after_visit(lam, interval_days), dtype=np.float64)
+
+
+def fresh_days_after_visit(rate: ArrayLike, interval_days: ArrayLike) -> FloatArray:
+    """Expected fresh days within ``interval_days`` after a visit: ``(1 - e^(-rate * I)) / rate``
+    (the whole interval for a page that never changes). A first visit of a page never
+    fetched buys exactly this: there is no copy, so it is stale with probability 1."""
+    lam = np.asarray(rate, dtype=np.float64)
+    interval = np.asarray(interval_days, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        fresh_after = np.where(lam > 0, -np.expm1(-lam * interval) / lam, interval)
-    return np.asarray(p_stale * fresh_after, dtype=np.float64)
+        out = np.where(lam > 0, -np.expm1(-lam * interval) / lam, interval)
+    return np.asarray(out, dtype=np.float64)
 
 
 def priority(

@@ -1,21 +1,36 @@
-"""Choosing one cycle's batch: due pages by priority, plus reserved slices of the budget.
+"""Choosing one cycle's batch: reserved slices, then due and never-fetched pages by priority.
 
 The allocation says how often each page should be visited; the cycle's batch is what to
-fetch now. Pages whose time since the last visit has reached their interval (``1 / f``)
-are ranked by priority (value x freshness a visit buys / cost) and taken while the budget
-and each host's capacity for the cycle allow. Before that, reserved slices of the budget
-buy what a score-driven planner would never choose (the cost-aware scheduling article):
+fetch now. Reserved slices of the budget come first and buy what a score-driven planner
+would never choose (the cost-aware scheduling article):
 
-* discovery: pages never fetched (no history, so no score), by value per cost;
-* re-estimation: pages the model has given up on (f = 0) or is unsure of, not visited for
-  a while, so a wrong estimate gets corrected;
 * verification: a seeded random sample of known pages regardless of score, to check the
-  model's assumptions.
+  model's assumptions;
+* discovery: pages never fetched, by value per cost, whatever their (prior) rate says;
+* re-estimation: pages the model has given up on (f = 0) or is unsure of, not visited for
+  a while, so a wrong estimate gets corrected.
 
-A slice's unspent budget goes to the due pages; what the due pages leave (few are due in a
-cycle right after many visits) buys pages ahead of their interval, by the same priority
-(reason ``ahead``; ``Slices.spend_leftover``), so the cycle's budget is filled. All selection
-is vectorized: a stable sort by score, per-host ranks for the capacities and a cumulative
+Then the rest of the budget goes, by priority (value x fresh days a visit buys / cost),
+to two kinds of page ranked together:
+
+* due pages (reason ``due``): the time since the last visit has reached the interval
+  ``1 / f`` (within half a cycle). A visit buys ``P(stale now) x (1 - e^(-r I)) / r``
+  fresh days over the next interval ``I`` (``freshness_gain``);
+* pages never fetched (reason ``discovery``): there is no copy, so a first visit is sure
+  to make it fresh and buys ``(1 - e^(-r I)) / r`` (``fresh_days_after_visit``), with the
+  rate the estimator gives the page's group and the interval the allocation gives it.
+
+So on a new catalog (every page never fetched) the whole budget is spent on first visits,
+up to each host's capacity for the cycle, best value per cost and rate first; and once
+the catalog is known, a page discovered later competes with the due pages by the same
+measure: its first visit outranks the revisit of a due page alike in rate, value and cost
+(a sure gain against a likely one), but not a due page that buys more per unit cost. The
+discovery slice is a floor for new pages, not a cap.
+
+What both leave (few pages are due in a cycle right after many visits) buys pages ahead of
+their interval, by the same priority (reason ``ahead``; ``Slices.spend_leftover``), so the
+cycle's budget is filled as far as the hosts' capacities allow. All selection is
+vectorized: a stable sort by score, per-host ranks for the capacities and a cumulative
 sum for the budget.
 """
 
@@ -26,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from models.freshness import freshness_gain
+from models.freshness import fresh_days_after_visit
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -122,7 +137,8 @@ def select_batch(
     cycle_days: float = 1.0,
     seed: int = 0,
 ) -> CyclePlan:
-    """This cycle's batch: slices first, then due pages by priority, within budget and hosts."""
+    """This cycle's batch: slices first, then due and never-fetched pages by priority, then
+    pages ahead of their interval, within the budget and each host's capacity."""
     c = candidates
     slices = slices or Slices()
     if not np.isfinite(budget) or budget < 0:
@@ -135,8 +151,9 @@ def select_batch(
     since = np.where(known, c.days_since_visit, 0.0)
     with np.errstate(divide="ignore"):
         interval = np.where(c.frequency > 0, 1.0 / c.frequency, np.inf)
+    # no copy of a page never fetched: stale for sure, so a first visit buys the whole gain
     p_changed = np.where(known, -np.expm1(-c.rate * since), 1.0)
-    gain = freshness_gain(c.rate, since, np.minimum(interval, 365.0))
+    gain = p_changed * fresh_days_after_visit(c.rate, np.minimum(interval, 365.0))
     rng = np.random.default_rng(seed)
 
     taken = np.zeros(c.size, dtype=bool)
@@ -164,7 +181,8 @@ def select_batch(
     # due: the interval has passed, within half a cycle (visits happen at any time of day)
     due = known & (c.frequency > 0) & (since >= interval - 0.5 * cycle_days)
     priority = c.value * gain / c.cost
-    take(DUE, due, priority, remaining)
+    take(DUE, due | ~known, priority, remaining)
+    reason[taken & ~known] = DISCOVERY  # first visits keep their reason, whichever slice
     if slices.spend_leftover:
         take(AHEAD, known & (c.frequency > 0) & (gain > 0), priority, remaining)
 

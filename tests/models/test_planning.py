@@ -51,7 +51,8 @@ def test_slices_get_their_share_and_due_pages_go_by_priority():
     plan = select_batch(c, budget, np.full(20, 1e9), slices=slices)
     spent = plan.spent_by_reason()
     assert 0 < spent["verification"] <= 0.05 * budget
-    assert 0.09 * budget < spent["discovery"] <= 0.1 * budget
+    # the discovery slice is a floor, not a cap: first visits also rank with the due pages
+    assert spent["discovery"] > 0.09 * budget
     assert 0 < spent["re-estimation"] <= 0.1 * budget
     assert plan.cost.sum() == pytest.approx(budget, rel=0.01)  # the rest fills with due pages
     assert (plan.reason == DISCOVERY).sum() > 0 and (plan.reason == REESTIMATION).sum() > 0
