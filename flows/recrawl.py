@@ -78,6 +78,7 @@ from tasks.host_limits import ensure_tag_limits
 from tasks.memory import keep_freed_memory
 from tasks.reports import (
     cycle_numbers,
+    embed_plots,
     hosts_under_pressure,
     plan_summary,
     record_cycle,
@@ -240,7 +241,9 @@ def report_cycle_task(
     (plots["freshness"].parent / "summary.md").write_text(markdown)
     if in_run():
         create_markdown_artifact(
-            markdown, key="recrawl-summary", description=f"recrawl cycle {cycle} summary"
+            embed_plots(markdown, plots),
+            key="recrawl-summary",
+            description=f"recrawl cycle {cycle} summary",
         )
         create_table_artifact(
             pressure.to_dict(orient="records")

@@ -8,8 +8,10 @@ its row), which is what the freshness-over-cycles plot draws.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import mimetypes
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,10 @@ from models.planning import REASONS
 from tasks.history import HistoryStore, _write_parquet, connect
 
 REPORTS = "reports"
+#: At most this many base64 bytes of plots go into the summary artifact. Prefect 3's server
+#: sets no limit of its own (Prefect 1 refused artifacts over 1 MB), but the whole artifact
+#: travels with every view of its page: the three plots at 600x320 px take about 64 kB.
+EMBEDDED_PLOTS_MAX_BYTES = 768 * 1024
 
 
 @dataclass(frozen=True)
@@ -248,7 +254,10 @@ def summary_markdown(
     cost_model: str,
     near_duplicates: dict[str, Any] | None = None,
 ) -> str:
-    """The cycle's summary as markdown (the flow's keyed ``recrawl-summary`` artifact).
+    """The cycle's summary as markdown (``summary.md``, beside the plots it links).
+
+    The flow's keyed ``recrawl-summary`` artifact is this with the plots embedded
+    (``embed_plots``).
 
     ``near_duplicates`` is the cycle's near-duplicate report
     (``tasks.cycle_content.read_near_duplicate_report``), if there is one.
@@ -291,11 +300,38 @@ def summary_markdown(
         lines.append("")
     if near_duplicates is not None:
         lines += near_duplicate_section(near_duplicates)
-    lines.append("## Plots")
-    lines.append("")
+    lines += ["## Plots", ""]
     for name, path in plots.items():
-        lines.append(f"- [{name}]({Path(path).resolve().as_uri()})")
+        lines += [_plot_image(name, Path(path).name), ""]
     return "\n".join(lines) + "\n"
+
+
+def _plot_image(name: str, src: str) -> str:
+    return f"![{name}]({src})"
+
+
+def embed_plots(markdown: str, plots: dict[str, Path]) -> str:
+    """The summary with its plots embedded as ``data:`` URIs: what the Prefect UI can show.
+
+    ``summary_markdown`` links each plot by its file name (``summary.md`` lies beside them);
+    the UI cannot follow such a link, nor a ``file://`` one, and an image artifact takes a
+    URL only. Both Prefect UIs render ``data:image/...`` sources in markdown (the React UI
+    allows exactly that scheme in its sanitizer), so each link is replaced by its PNG, until
+    the embedded bytes would pass ``EMBEDDED_PLOTS_MAX_BYTES``; a plot past that keeps its
+    path, marked as not embedded.
+    """
+    room = EMBEDDED_PLOTS_MAX_BYTES
+    for name, path in plots.items():
+        path = Path(path)
+        link = _plot_image(name, path.name)
+        mime = mimetypes.guess_type(path.name)[0] or "image/png"
+        encoded = base64.b64encode(path.read_bytes()).decode("ascii")
+        if len(encoded) <= room:
+            room -= len(encoded)
+            markdown = markdown.replace(link, _plot_image(name, f"data:{mime};base64,{encoded}"))
+        else:
+            markdown = markdown.replace(link, f"{name}: `{path.resolve()}` (too large to embed)")
+    return markdown
 
 
 def near_duplicate_section(report: dict[str, Any]) -> list[str]:
