@@ -94,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     hist = sub.add_parser("history", help="inspect or maintain the fetch history")
-    hist.add_argument("action", choices=["cycles", "rebuild-stats"])
+    hist.add_argument("action", choices=["cycles", "rebuild-stats", "show"])
     hist.add_argument("--root", type=Path, default=Path("data"))
+    hist.add_argument("--cycle", type=int, help="show: this cycle (default: the newest)")
+    hist.add_argument("--limit", type=int, default=20, help="show: at most this many rows")
 
     from flows.policy_backtest import add_backtest_arguments
 
@@ -280,6 +282,10 @@ def _history(args: argparse.Namespace) -> int:
             store.manifest()["cycles"].items(), key=lambda kv: int(kv[0])
         ):
             print(f"cycle {cycle_id}: {entry['rows']} rows, committed {entry['committed_at']}")
+    elif args.action == "show":
+        from tasks.frames import show_history
+
+        print(show_history(args.root, args.cycle, args.limit))
     else:
         stats = store.rebuild_stats()
         print(f"rebuilt statistics for {stats.num_rows} pages")
