@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -31,9 +30,9 @@ from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("DO_NOT_TRACK", "1")
-os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+from flows.local_prefect import apply_prefect_defaults  # noqa: E402
+
+apply_prefect_defaults()  # before Prefect is imported (start timeout, analytics off, quiet)
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 FETCH = {
@@ -121,8 +120,16 @@ def main() -> int:
 
     import pandas as pd
 
+    from flows.local_prefect import PrefectStartError, start_local_prefect
     from flows.recrawl import recrawl_flow
     from tasks.catalog import CatalogStore
+
+    try:
+        prefect_s = start_local_prefect()
+    except PrefectStartError as exc:
+        print(f"bench_cycle: {exc}", file=sys.stderr)
+        return 2
+    print(f"Prefect's local server started in {prefect_s:.1f} s (0: PREFECT_API_URL is set)")
 
     folder = Path(tempfile.mkdtemp(prefix="bench-cycle-"))
     root = REPO / "benchmarks" / "out" / "cycle-bench"

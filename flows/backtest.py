@@ -14,6 +14,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 from prefect import flow
 
 from flows.discover import discover_flow
+from flows.progress import PhaseTimes
 from flows.recrawl import recrawl_flow
 from sandbox import SANDBOX_NETWORKS, HostBehaviour, SandboxWeb, SimClock, serve_sandbox
 from tasks.compare import Comparison, compare_policies, plot_comparison
@@ -79,12 +81,15 @@ def run_sandbox_cycles(
     budget_share: float = 0.15,
     seed: int = 0,
     on_cycle: Callable[[dict[str, Any]], None] | None = None,
+    phases: PhaseTimes | None = None,
 ) -> SandboxRun:
     """Discover the sandbox, bootstrap, and run ``cycles`` daily recrawl cycles under ``root``.
 
     ``root`` is emptied first. ``budget`` (credits per cycle) defaults to ``budget_share``
     of the pages. ``on_cycle`` is called with each cycle's flow result (progress display).
+    ``phases`` gets the wall and CPU time of sandbox start, discovery, bootstrap and cycles.
     """
+    phases = phases if phases is not None else PhaseTimes()
     if hosts < 1 or pages_per_host < 1 or cycles < 1:
         raise ValueError("hosts, pages_per_host and cycles must be >= 1")
     root = Path(root)
@@ -93,35 +98,39 @@ def run_sandbox_cycles(
     root.mkdir(parents=True)
     started = time.monotonic()
     clock = SimClock(START)
-    web = SandboxWeb.generate(
-        hosts, pages_per_host, seed=seed, behaviours=demo_behaviours(hosts), clock=clock
-    )
     pages = hosts * pages_per_host
     budget = budget or max(1, round(budget_share * pages))
     spec = {"hosts": hosts, "pages_per_host": pages_per_host, "seed": seed}
     summaries = []
-    with serve_sandbox(web) as running:
+    with ExitStack() as stack:
+        with phases.phase("sandbox start"):
+            web = SandboxWeb.generate(
+                hosts, pages_per_host, seed=seed, behaviours=demo_behaviours(hosts), clock=clock
+            )
+            running = stack.enter_context(serve_sandbox(web))
         sitemaps = [f"{running.base_url(i)}/sitemap.xml" for i in range(hosts)]
-        discover_flow(
-            str(root),
-            sitemaps=sitemaps,
-            follow_seed_links=False,
-            at=clock.now(),
-            allowed_networks=list(SANDBOX_NETWORKS),
-        )
+        with phases.phase("discovery"):
+            discover_flow(
+                str(root),
+                sitemaps=sitemaps,
+                follow_seed_links=False,
+                at=clock.now(),
+                allowed_networks=list(SANDBOX_NETWORKS),
+            )
         for cycle in range(cycles + 1):
             if cycle:
                 clock.advance(days=1)
-            result = recrawl_flow(
-                root=str(root),
-                budget=float(pages if cycle == 0 else budget),
-                cycle=cycle,
-                at=clock.now(),
-                fetch=SANDBOX_FETCH,
-                slices=BOOTSTRAP_SLICES if cycle == 0 else None,
-                sandbox=spec,
-                seed=seed + cycle,
-            )
+            with phases.phase("bootstrap (cycle 0)" if cycle == 0 else f"cycles 1-{cycles}"):
+                result = recrawl_flow(
+                    root=str(root),
+                    budget=float(pages if cycle == 0 else budget),
+                    cycle=cycle,
+                    at=clock.now(),
+                    fetch=SANDBOX_FETCH,
+                    slices=BOOTSTRAP_SLICES if cycle == 0 else None,
+                    sandbox=spec,
+                    seed=seed + cycle,
+                )
             summaries.append(result)
             if on_cycle is not None:
                 on_cycle(result)

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from flows.local_prefect import apply_prefect_defaults
 from tasks.memory import keep_freed_memory
+
+#: The commands that run Prefect flows: their Prefect defaults (flows.local_prefect) are
+#: set before Prefect is imported.
+STARTS_PREFECT = frozenset({"demo", "run"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     keep_freed_memory()
+    if args.command in STARTS_PREFECT:
+        apply_prefect_defaults(quiet=not getattr(args, "verbose", False))
     try:
         return _COMMANDS[args.command](args)
     except (ValueError, RuntimeError) as exc:
@@ -121,17 +128,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    import os
-
     if args.hosts < 1 or args.pages_per_host < 1 or args.cycles < 1:
         raise ValueError("--hosts, --pages-per-host and --cycles must be >= 1")
     if not 0 < args.budget_share <= 1:
         raise ValueError(f"--budget-share must be within (0, 1], got {args.budget_share}")
-    if not args.verbose:  # before Prefect is imported: its run logs would bury the result
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    # Only loopback may be contacted: no usage statistics from Prefect's local server or SDK.
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
     from flows.demo import format_result, run_demo
 
     result = run_demo(

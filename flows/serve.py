@@ -3,19 +3,17 @@
 ``python -m flows.serve [--root data] [--budget 10000] [--cost-model credits]`` registers
 the daily recrawl, weekly discovery and ad hoc plan deployments with the Prefect API
 (``PREFECT_API_URL``) and runs their scheduled and manual runs in this process until
-interrupted.
+interrupted. Without ``PREFECT_API_URL`` it starts Prefect's local server first (whose
+first start on a new ``PREFECT_HOME`` creates its database; ``flows.local_prefect``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
-from prefect import serve
-
-from flows.discover import discover_flow
-from flows.plan import plan_flow
-from flows.recrawl import recrawl_flow
+from flows.local_prefect import PrefectStartError, apply_prefect_defaults, start_local_prefect
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,6 +25,18 @@ def main(argv: list[str] | None = None) -> None:
         "--host-shards", type=int, default=64, help="0: one host:<name> tag per host"
     )
     args = parser.parse_args(argv)
+    apply_prefect_defaults(quiet=False)  # before Prefect is imported; a served process logs
+    from prefect import serve
+
+    from flows.discover import discover_flow
+    from flows.plan import plan_flow
+    from flows.recrawl import recrawl_flow
+
+    try:
+        start_local_prefect()
+    except PrefectStartError as exc:
+        print(f"python -m flows.serve: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     common = {"root": args.root, "budget": args.budget, "cost_model": args.cost_model or "credits"}
     serve(
         recrawl_flow.to_deployment(
