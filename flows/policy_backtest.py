@@ -32,11 +32,12 @@ def run_policy_backtest(config: BacktestConfig, out: Path | str) -> PolicyBackte
     from tasks.policy_backtest_report import write_backtest_report
 
     log.info(
-        "policy backtest: %s, %d pages x %d days, budget %g N",
+        "policy backtest: %s, %d pages x %d days, budget %g N%s",
         config.workload,
         config.pages,
         config.days,
         config.budget_share,
+        ", cold start" if config.cold_start else "",
     )
     result = run_backtest(config)
     return PolicyBacktestRun(result, write_backtest_report(result, out))
@@ -45,7 +46,15 @@ def run_policy_backtest(config: BacktestConfig, out: Path | str) -> PolicyBackte
 def add_backtest_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``recrawl backtest`` options."""
     parser.add_argument("--pages", type=int, default=100_000, help="pages of the simulated web")
-    parser.add_argument("--days", type=int, default=60, help="simulated days (day 0: seed crawl)")
+    parser.add_argument(
+        "--days", type=int, default=60, help="simulated days (day 0: seed crawl, unless cold)"
+    )
+    parser.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="no seed crawl: every page starts never fetched, day 0 is a fetch day "
+        "(window default: every day)",
+    )
     parser.add_argument(
         "--budget-share", type=float, default=0.2, help="daily budget as a share of N (0.2)"
     )
@@ -109,6 +118,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         solve_every=args.solve_every,
         last_modified_honest=args.lm_honest,
         last_modified_now=args.lm_now,
+        cold_start=args.cold_start,
     )
     out = args.out or Path("data/reports") / f"backtest-{args.workload}"
     run = run_policy_backtest(config, out)

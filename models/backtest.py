@@ -4,7 +4,9 @@ A simulated web (``models/backtest_workloads.py``) with exact Poisson changes
 (``models/backtest_web.py``) is recrawled for ``days`` simulated days by every policy of
 ``models/backtest_policies.py`` under the same daily budget, host capacities, web and seed
 (``models/backtest_sim.py``). Learning policies start from a seed crawl with no history and
-learn rates only from what their own fetches found.
+learn rates only from what their own fetches found; with ``cold_start`` there is no seed
+crawl either (a freshly imported catalog: every page never fetched, day 0 an ordinary
+fetch day, and the default window days 0 to the end).
 
 >>> result = run_backtest(BacktestConfig(pages=20_000, budget_share=0.2))
 >>> print(format_table(result))  # doctest: +SKIP
@@ -85,11 +87,16 @@ class BacktestConfig:
     #: an assumption (``models/backtest_last_modified.py``)
     last_modified_honest: float = 0.5
     last_modified_now: float = 0.25
+    #: no seed crawl: every page starts never fetched and day 0 is a fetch day
+    cold_start: bool = False
 
     def checked_window(self) -> tuple[int, int]:
-        lo, hi = self.window or (self.days // 2, self.days)
-        if not 1 <= lo < hi <= self.days:
-            raise BacktestInputError(f"window {lo}-{hi} must lie within days 1-{self.days}")
+        first = 0 if self.cold_start else 1  # day 0 is the seed crawl unless cold
+        lo, hi = self.window or ((0, self.days) if self.cold_start else (self.days // 2, self.days))
+        if not first <= lo < hi <= self.days:
+            raise BacktestInputError(
+                f"window {lo}-{hi - 1} must lie within days {first}-{self.days - 1}"
+            )
         return lo, hi
 
 
@@ -254,6 +261,7 @@ def run_backtest(config: BacktestConfig, workload: Workload | None = None) -> Ba
         last_modified=LastModifiedClock(
             workload.truth.on_day(0), workload.page_last_modified(), seed=config.seed
         ),
+        cold_start=config.cold_start,
     )
     bands = freshness_by_band(workload, totals, window)
     host_slices = freshness_by_hosts(workload, totals, budget)
@@ -265,7 +273,8 @@ def run_backtest(config: BacktestConfig, workload: Workload | None = None) -> Ba
         window,
         workload.name,
         f"{workload.description}; Last-Modified honest on {config.last_modified_honest:.0%} "
-        f'of the hosts, "now" on {config.last_modified_now:.0%}',
+        f'of the hosts, "now" on {config.last_modified_now:.0%}'
+        + ("; cold start (no seed crawl, every page never fetched)" if config.cold_start else ""),
         daily,
         summary,
         notes,

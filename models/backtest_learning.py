@@ -39,7 +39,10 @@ class PageObservations:
     """Per-page sufficient statistics of a crawler's own observations (updated in place).
 
     Every page starts with one observation at day 0 (the seed crawl every policy shares),
-    so the first revisit of a page yields its first interval. Where fetches come with a
+    so the first revisit of a page yields its first interval; after :meth:`start_cold`
+    (a backtest from an empty history) no page has been fetched (``last_fetch`` NaN) and a
+    page's first fetch only dates its last visit (and judges its Last-Modified, as the
+    seed crawl does): it yields no interval. Where fetches come with a
     Last-Modified header, each is judged as the product judges stored history
     (``models.validators.judge_last_modified``): the ages it tells are summed per page and
     its evidence per host, and :meth:`moments` lets in the ages of trusted hosts only.
@@ -78,6 +81,16 @@ class PageObservations:
         none = np.full(self.size, np.nan)
         self._judge(pages, np.zeros(self.size), last_modified, none, first, np.zeros(self.size))
 
+    def start_cold(self) -> None:
+        """No page fetched yet: the history is empty (instead of the seed crawl at day 0)."""
+        if self.n_intervals.any() or self.ages.count.any():
+            raise BacktestInputError("a cold start needs observations that saw nothing yet")
+        self.last_fetch[:] = np.nan
+
+    def never_fetched(self, pages: IntArray) -> BoolArray:
+        """Which of ``pages`` this crawler has never fetched (only after a cold start)."""
+        return np.isnan(self.last_fetch[pages])
+
     def record(
         self,
         day: float,
@@ -85,7 +98,30 @@ class PageObservations:
         changed: BoolArray,
         last_modified: FloatArray | None = None,
     ) -> FloatArray:
-        """Add the observations of ``pages`` fetched at ``day``; returns their intervals."""
+        """Add the observations of ``pages`` fetched at ``day``; returns their intervals.
+
+        A page never fetched before gets interval NaN and adds no interval: its first
+        fetch only sets its last visit (``changed`` is not read for it) and its
+        Last-Modified is judged as the seed crawl's are.
+        """
+        first = self.never_fetched(pages)
+        if first.any():
+            new, pages = pages[first], pages[~first]
+            changed = np.asarray(changed, dtype=bool)[~first]
+            if last_modified is not None:
+                self._judge(
+                    new,
+                    np.full(new.shape[0], float(day)),
+                    last_modified[first],
+                    np.full(new.shape[0], np.nan),
+                    np.full(new.shape[0], -1, dtype=np.int8),
+                    np.zeros(new.shape[0]),
+                )
+                last_modified = last_modified[~first]
+            self.last_fetch[new] = day
+            out = np.full(first.shape[0], np.nan)
+            out[~first] = self.record(day, pages, changed, last_modified)
+            return out
         interval = day - self.last_fetch[pages]
         if pages.shape[0] and not (interval > 0).all():
             raise BacktestInputError("a page was observed twice at the same time")

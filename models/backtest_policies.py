@@ -2,7 +2,10 @@
 
 A policy is asked each simulated day which pages to fetch (``choose``) and is then told
 what each fetch found (``observe``: changed since the previous visit or not). It never sees
-the true rates; only :class:`PlannerPolicy` built with an ``OracleLearner`` does.
+the true rates; only :class:`PlannerPolicy` built with an ``OracleLearner`` does. A backtest
+starts either from a seed crawl every policy shares (every page fetched at day 0) or cold
+(``start_cold``: no page fetched yet; the planner sees pages never fetched, the schedules
+put every page's first visit in their first pass).
 
 * :class:`PlannerPolicy` - this project's planner, glued as ``tasks/planning.plan_cycle``
   glues it, in memory: estimate rates from the policy's own observations -> ``allocate``
@@ -76,6 +79,10 @@ class Policy:
         """The seed crawl's Last-Modified headers (days; NaN where none was sent)."""
         self.observations.record_seed(last_modified)
 
+    def start_cold(self) -> None:
+        """No seed crawl: every page starts never fetched (call before the first day)."""
+        self.observations.start_cold()
+
     def observe(
         self,
         day: int,
@@ -83,8 +90,16 @@ class Policy:
         changed: BoolArray,
         last_modified: FloatArray | None = None,
     ) -> None:
-        """What the day's fetches found, with the Last-Modified headers if any were sent."""
+        """What the day's fetches found, with the Last-Modified headers if any were sent.
+
+        ``changed`` is not read for a page's first fetch (there was no copy to compare).
+        """
+        first = self.observations.never_fetched(pages)
         self.observations.record(day, pages, changed, last_modified)
+        self.after_fetch(day, pages, np.asarray(changed, dtype=bool), first)
+
+    def after_fetch(self, day: int, pages: IntArray, changed: BoolArray, first: BoolArray) -> None:
+        """A policy's own bookkeeping after the day's fetches (``first``: first visits)."""
 
 
 # --------------------------------------------------------------------------- the planner
@@ -252,14 +267,12 @@ class UniformPolicy(SchedulePolicy):
         slot = (self._tiebreak + 0.5) / web.size  # evenly spread phases in (0, 1)
         self.next_due = np.maximum(slot * self.interval, _EPS)
 
-    def observe(
-        self,
-        day: int,
-        pages: IntArray,
-        changed: BoolArray,
-        last_modified: FloatArray | None = None,
-    ) -> None:
-        super().observe(day, pages, changed, last_modified)
+    def start_cold(self) -> None:
+        """The first pass starts on day 0: the same phases, a day earlier."""
+        super().start_cold()
+        self.next_due = self.next_due - 1.0
+
+    def after_fetch(self, day: int, pages: IntArray, changed: BoolArray, first: BoolArray) -> None:
         interval = self.interval[pages]
         scheduled = self.next_due[pages] + interval
         self.next_due[pages] = np.maximum(scheduled, day + interval - 1.0)
@@ -312,6 +325,11 @@ class ProportionalPolicy(SchedulePolicy):
         self.solve_every = solve_every
         self._solved_on = -(10**9)
         self._interval = np.ones(web.size)
+        self._cold = False
+
+    def start_cold(self) -> None:
+        super().start_cold()
+        self._cold = True
 
     def choose(self, day: int) -> IntArray:
         if day - self._solved_on >= self.solve_every:
@@ -320,15 +338,16 @@ class ProportionalPolicy(SchedulePolicy):
             with np.errstate(divide="ignore"):
                 self._interval = np.where(f > 0, 1.0 / f, np.inf)
             self._solved_on = day
-        # first revisits after the seed crawl spread evenly over the first interval, as the
-        # uniform policy's (otherwise every page would fall due on the same day)
-        fresh = self.observations.n_intervals == 0
+        # first revisits after the seed crawl (after a cold start: first visits) spread
+        # evenly over the first interval, as the uniform policy's (otherwise every page
+        # would fall due on the same day)
+        o = self.observations
         slot = (self._tiebreak + 0.5) / self.web.size
-        self.next_due = np.where(
-            fresh,
-            np.maximum(slot * self._interval, _EPS),
-            self.observations.last_fetch + self._interval - 0.5,
-        )
+        if self._cold:
+            spread, first_due = np.isnan(o.last_fetch), slot * self._interval - 1.0
+        else:
+            spread, first_due = o.n_intervals == 0, np.maximum(slot * self._interval, _EPS)
+        self.next_due = np.where(spread, first_due, o.last_fetch + self._interval - 0.5)
         return super().choose(day)
 
 
@@ -389,17 +408,20 @@ class NutchPolicy(SchedulePolicy):
         spread = np.random.default_rng([seed, 12]).random(web.size)
         self.next_due = np.maximum((1.0 - spread) * s.initial_days, _EPS)
 
-    def observe(
-        self,
-        day: int,
-        pages: IntArray,
-        changed: BoolArray,
-        last_modified: FloatArray | None = None,
-    ) -> None:
-        super().observe(day, pages, changed, last_modified)
+    def start_cold(self) -> None:
+        """Every page injected at day 0 and due at once (the generator drains the queue)."""
+        super().start_cold()
+        self.next_due = np.zeros(self.web.size)
+
+    def after_fetch(self, day: int, pages: IntArray, changed: BoolArray, first: BoolArray) -> None:
         interval, next_due, modified = nutch_update(
             self.settings, self.interval[pages], self.modified[pages], float(day), changed
         )
+        # a first fetch has no signature to compare (Nutch's STATUS_UNKNOWN): the interval
+        # stays, the modification time becomes the fetch time, next fetch one interval on
+        interval = np.where(first, self.interval[pages], interval)
+        modified = np.where(first, float(day), modified)
+        next_due = np.where(first, day + interval, next_due)
         self.interval[pages], self.next_due[pages], self.modified[pages] = (
             interval,
             next_due,
@@ -452,15 +474,14 @@ class StormCrawlerPolicy(SchedulePolicy):
         self.interval = np.full(web.size, s.initial_days)
         self.next_due = np.full(web.size, s.initial_days)
 
-    def observe(
-        self,
-        day: int,
-        pages: IntArray,
-        changed: BoolArray,
-        last_modified: FloatArray | None = None,
-    ) -> None:
-        super().observe(day, pages, changed, last_modified)
-        interval = stormcrawler_update(self.settings, self.interval[pages], changed)
+    def start_cold(self) -> None:
+        """Every page discovered at day 0 and due at once."""
+        super().start_cold()
+        self.next_due = np.zeros(self.web.size)
+
+    def after_fetch(self, day: int, pages: IntArray, changed: BoolArray, first: BoolArray) -> None:
+        updated = stormcrawler_update(self.settings, self.interval[pages], changed)
+        interval = np.where(first, self.interval[pages], updated)  # first fetch: no change seen
         self.interval[pages] = interval
         self.next_due[pages] = day + interval
 

@@ -1,11 +1,14 @@
 """The backtest simulator: policies run day by day against exact Poisson changes.
 
-Day 0 is a seed crawl every policy shares (every page fetched at time 0). On each day
-``d >= 1`` every policy's batch is fetched at time ``d``; then day ``d``'s changes happen
-(drawn once, the same for every policy). Per page and policy the simulator keeps when the
-local copy went stale (the first change after the last fetch, or never), so each day's
-time-averaged freshness (the share of the day the copy matched the page), age (how long it
-had been stale, averaged over the day) and whether a fetch found a change are exact.
+Day 0 is a seed crawl every policy shares (every page fetched at time 0), or, from a cold
+start, an ordinary fetch day: no page has been fetched, so no copy is fresh (a page's age
+counts from time 0) and no learner knows anything. On each fetch day ``d`` (``d >= 1``
+after a seed crawl, ``d >= 0`` from a cold start) every policy's batch is fetched at time
+``d``; then day ``d``'s changes happen (drawn once, the same for every policy). Per page
+and policy the simulator keeps when the local copy went stale (the first change after the
+last fetch, or never), so each day's time-averaged freshness (the share of the day the copy
+matched the page), age (how long it had been stale, averaged over the day) and whether a
+fetch found a change are exact.
 
 Every batch is checked: pages in range and distinct, cost within the daily budget, visits
 per host within the host's capacity. A policy that breaks a rule stops the run with
@@ -36,6 +39,7 @@ METRICS = (
     "cost",
     "detected",
     "no_change",
+    "first_fetches",
     "detected_value",
     "true_changes",
     "true_change_value",
@@ -57,8 +61,9 @@ class DailyMetrics:
     """One policy's metrics, one entry per simulated day (index = day).
 
     ``freshness`` and ``age`` are value-weighted time averages over the day (age in days);
-    ``fetches``, ``cost``, ``detected`` (fetches that found a change) and ``no_change``
-    count the day's batch; ``detected_value`` weighs detections by page value;
+    ``fetches``, ``cost``, ``detected`` (revisits that found a change), ``no_change``
+    (revisits that found none) and ``first_fetches`` (pages fetched for the first time,
+    after a cold start) count the day's batch; ``detected_value`` weighs detections by page value;
     ``true_changes`` / ``true_change_value`` count (value-weighted) changes that happened
     during the day; ``tracked_freshness`` is the freshness of the tracked pages only (the
     ones a shift wakes up, say; NaN without any); ``seconds`` is the policy's planning time.
@@ -70,6 +75,7 @@ class DailyMetrics:
     cost: FloatArray
     detected: FloatArray
     no_change: FloatArray
+    first_fetches: FloatArray
     detected_value: FloatArray
     true_changes: FloatArray
     true_change_value: FloatArray
@@ -88,9 +94,10 @@ class PageTotals:
 class _Copy:
     """The ground truth about one policy's local copy of every page."""
 
-    def __init__(self, n: int) -> None:
-        self.stale_since = np.full(n, np.inf)  # time of the first unseen change
-        self.last_fetch = np.zeros(n)
+    def __init__(self, n: int, *, cold: bool = False) -> None:
+        # time of the first unseen change (a page never fetched is stale from time 0)
+        self.stale_since = np.zeros(n) if cold else np.full(n, np.inf)
+        self.never = np.full(n, cold)
 
 
 def simulate(
@@ -103,8 +110,10 @@ def simulate(
     window: tuple[int, int] | None = None,
     tracked: IntArray | None = None,
     last_modified: LastModifiedClock | None = None,
+    cold_start: bool = False,
 ) -> tuple[dict[str, DailyMetrics], PageTotals]:
-    """Run ``policies`` for ``days`` days (day 0 is the seed crawl).
+    """Run ``policies`` for ``days`` days (day 0 is the seed crawl, or with ``cold_start``
+    a fetch day like the others, every page never fetched).
 
     Returns each policy's daily metrics and, per page, its freshness averaged over the days
     of ``window`` (first, last + 1; default the second half) and its fetches in them, to
@@ -122,11 +131,14 @@ def simulate(
     total_value = float(web.value.sum()) or 1.0
     tracked_value = web.value[tracked] if tracked is not None else None
     lo, hi = window or (days // 2, days)
-    copies = {p.name: _Copy(web.size) for p in policies}
+    copies = {p.name: _Copy(web.size, cold=cold_start) for p in policies}
     page_fresh = {p.name: np.zeros(web.size) for p in policies}
     page_fetches = {p.name: np.zeros(web.size) for p in policies}
     series = {p.name: {m: np.zeros(days) for m in METRICS} for p in policies}
-    if last_modified is not None:
+    if cold_start:
+        for policy in policies:
+            policy.start_cold()
+    elif last_modified is not None:
         seed_headers = last_modified.headers(np.arange(web.size), 0.0)
         for policy in policies:
             policy.observe_seed(seed_headers)
@@ -138,14 +150,15 @@ def simulate(
         for policy in policies:
             row = series[policy.name]
             copy = copies[policy.name]
-            if day >= 1:
+            if day >= 1 or cold_start:
                 started = time.perf_counter()
                 batch = np.asarray(policy.choose(day), dtype=np.int64)
                 row["seconds"][day] = time.perf_counter() - started
                 check_batch(policy.name, day, batch, web, budget)
-                changed = copy.stale_since[batch] < day
+                first = copy.never[batch]
+                changed = (copy.stale_since[batch] < day) & ~first
                 copy.stale_since[batch] = np.inf
-                copy.last_fetch[batch] = day
+                copy.never[batch] = False
                 headers = None if last_modified is None else last_modified.headers(batch, day)
                 policy.observe(day, batch, changed, headers)
                 if lo <= day < hi:
@@ -153,7 +166,8 @@ def simulate(
                 row["fetches"][day] = batch.shape[0]
                 row["cost"][day] = float(web.cost[batch].sum())
                 row["detected"][day] = float(changed.sum())
-                row["no_change"][day] = float((~changed).sum())
+                row["no_change"][day] = float((~changed & ~first).sum())
+                row["first_fetches"][day] = float(first.sum())
                 row["detected_value"][day] = float(web.value[batch][changed].sum())
             fresh, age = _live_through_day(copy, today, day)
             if lo <= day < hi:

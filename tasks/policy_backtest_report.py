@@ -153,8 +153,13 @@ def write_markdown(result: BacktestResult, path: Path) -> Path:
     parts = [
         f"# Policy backtest: {result.workload}",
         "",
-        f"{result.description}. {cfg.pages:,} pages, {cfg.days} simulated days (day 0 is a "
-        f"seed crawl every policy shares), budget {cfg.budget_share:g} N a day "
+        f"{result.description}. {cfg.pages:,} pages, {cfg.days} simulated days ("
+        + (
+            "a cold start: day 0 is a fetch day, every page never fetched"
+            if cfg.cold_start
+            else "day 0 is a seed crawl every policy shares"
+        )
+        + f"), budget {cfg.budget_share:g} N a day "
         f"({result.budget:,.0f} cost units), objective {cfg.objective}, seed {cfg.seed}. "
         f"Figures are averaged over days {lo}-{hi - 1}.",
         "",
