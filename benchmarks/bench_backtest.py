@@ -10,20 +10,30 @@ Runs, all with the same seed:
    0.2 N (cost per change detected, share of changes captured);
 5. with ``--variants``, the planner variants of ``models/backtest_variants.py``.
 
+With ``--cold-start`` it runs only the cold-start study instead (issue 15): the measured
+web at ``--sweep-pages`` from an empty history (no seed crawl, every page never fetched,
+day 0 a fetch day) for days 0-30 at ``--cold-shares``, planner against uniform and the
+oracle: freshness over the whole window and after uniform's first full pass (N / B days),
+and the planner's worst day against uniform after that pass.
+
 Then prints each policy's freshness, the planners' share of the oracle-minus-uniform gap,
 cost per change, and every target met or missed (by how much and why), and writes
 ``summary.md`` under ``--out``.
 
     .venv/bin/python benchmarks/bench_backtest.py                       # full (about 1 h)
     .venv/bin/python benchmarks/bench_backtest.py --pages 100000 --sweep-pages 50000 --quick
+    .venv/bin/python benchmarks/bench_backtest.py --cold-start --sweep-pages 100000
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -66,6 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lm-now", type=float, default=0.25, help='share of hosts stamping Last-Modified "now"'
     )
+    parser.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="run only the cold-start study (no seed crawl) at --cold-shares",
+    )
+    parser.add_argument("--cold-shares", default="0.02,0.2,0.5")
+    parser.add_argument("--cold-days", type=int, default=31, help="days 0 to this - 1")
     args = parser.parse_args(argv)
     keep_freed_memory()
     register_variants()
@@ -111,6 +128,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n== {label} ({elapsed:.0f} s)\n{text}", flush=True)
         notes.append(f"## {label}\n\n{elapsed:.0f} s.\n\n```\n{text}\n```\n")
         return result
+
+    if args.cold_start:
+        results = {}
+        for share in (float(x) for x in args.cold_shares.split(",")):
+            results[share] = run(
+                f"cold start: measured web, {args.sweep_pages:,} pages, {share:g} N",
+                budget_share=share,
+                days=args.cold_days,
+                cold_start=True,
+                policies=("planner", "oracle", "uniform"),
+            )
+        notes.append(cold_start_table(results))
+        print("\n" + notes[-1], flush=True)
+        notes.append(
+            f"Total {time.perf_counter() - started:.0f} s. Reproduce: `{command.strip()}`\n"
+        )
+        (args.out / "summary.md").write_text("\n".join(notes))
+        print(f"\nsummary: {args.out / 'summary.md'}; reproduce: {command.strip()}")
+        return 0
 
     sweep: dict[float, BacktestResult] = {}
     for share in (float(x) for x in args.budgets.split(",")):
@@ -188,6 +224,49 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "summary.md").write_text("\n".join(notes))
     print(f"\nsummary: {args.out / 'summary.md'}; reproduce: {command.strip()}")
     return 0
+
+
+def cold_start_table(results: dict[float, BacktestResult]) -> str:
+    """Cold-start freshness by budget: whole window, after uniform's pass, worst day."""
+    shares = sorted(results)
+    days = results[shares[0]].config.days
+    lines = [
+        f"Cold start (no seed crawl), value-weighted freshness over days 0-{days - 1}:",
+        "```",
+        f"{'budget':<8}{'N/B d':>7}{'uniform all':>13}{'planner':>9}{'oracle':>9}"
+        f"{'uniform':>9}{'after pass: planner':>21}{'uniform':>9}{'worst day diff':>16}"
+        f"{'planner budget d0-4':>21}",
+    ]
+    for share in shares:
+        r = results[share]
+        daily = r.daily
+        # uniform's first full pass: N / B days (longer on hosts whose capacity caps it)
+        first_pass = math.ceil(1.0 / share - 1e-9)
+        seen = np.cumsum(daily["uniform"].first_fetches) / r.config.pages
+        done = np.flatnonzero(seen >= 1.0 - 1e-12)
+        done_day = f"day {done[0]}" if done.shape[0] else f"{seen[-1]:.0%} seen"
+        fresh = {name: daily[name].freshness for name in ("planner", "oracle", "uniform")}
+        whole = "".join(f"{fresh[n].mean():>9.4f}" for n in ("planner", "oracle", "uniform"))
+        if first_pass < days:
+            after = slice(first_pass, days)
+            diff = fresh["planner"][after] - fresh["uniform"][after]
+            worst = int(np.argmin(diff)) + first_pass
+            tail = (
+                f"{fresh['planner'][after].mean():>21.4f}{fresh['uniform'][after].mean():>9.4f}"
+                f"{diff.min():>+10.4f} d{worst:<4d}"
+            )
+        else:
+            tail = f"{'(no full pass)':>21}{'':>9}{'':>16}"
+        spent = daily["planner"].cost[:5].sum() / (5 * r.budget)
+        lines.append(f"{share:<8g}{first_pass:>7d}{done_day:>13}{whole}{tail}{spent:>21.1%}")
+    lines += ["```", "", "Daily freshness (every day), planner / uniform / oracle:", "```"]
+    for share in shares:
+        d = results[share].daily
+        lines.append(f"{share:g} N")
+        for name in ("planner", "uniform", "oracle"):
+            lines.append(f"  {name:<8}" + " ".join(f"{x:.3f}" for x in d[name].freshness))
+    lines.append("```")
+    return "\n".join(lines) + "\n"
 
 
 def _sweep_tables(sweep: dict[float, BacktestResult]) -> str:
