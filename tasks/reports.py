@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from models.planning import REASONS
 from tasks.history import HistoryStore, _write_parquet, connect
@@ -214,15 +215,17 @@ def write_plots(
 
     fig = Figure(figsize=(6, 3.2), layout="constrained")
     ax = fig.subplots()
-    ax.plot(cycles["cycle_id"], cycles["expected_freshness"], marker=".", label="expected (model)")
+    ax.plot(cycles["cycle_id"], cycles["expected_freshness"], marker="o", label="expected (model)")
     if cycles["realized_freshness"].notna().any():
         ax.plot(
-            cycles["cycle_id"], cycles["realized_freshness"], marker=".", label="realized (truth)"
+            cycles["cycle_id"], cycles["realized_freshness"], marker="o", label="realized (truth)"
         )
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # cycles, even one
+    ax.set_xlim(cycles["cycle_id"].min() - 0.5, cycles["cycle_id"].max() + 0.5)
     ax.set_xlabel("cycle")
     ax.set_ylabel("freshness")
-    ax.set_ylim(0, 1)
-    ax.legend(loc="lower right")
+    ax.set_ylim(-0.02, 1.02)  # points at 0 and 1 stay whole
+    ax.legend(loc="best")
     paths["freshness"] = folder / "freshness.png"
     fig.savefig(paths["freshness"], dpi=100)
 

@@ -1,0 +1,90 @@
+"""The recrawl summary artifact shows its plots in the Prefect UI, seen in a real browser.
+
+One recrawl cycle on the sandbox web runs against a real ``prefect server start``; its
+``recrawl-summary`` artifact is then opened in headless Chromium in both of Prefect's UIs
+(the React one at ``/v2``, Prefect's default, and the Vue one), a screenshot of each goes to
+the test's log, and every plot of the cycle must be an ``img`` that the browser decoded
+(``naturalWidth > 0``). A ``file://`` link, or a link relative to ``summary.md``, fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+from prefect.client.schemas.sorting import ArtifactSort
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from flows.recrawl import recrawl_flow
+from tasks.reports import report_dir
+from tests.flows.conftest import BOOTSTRAP, FAST_FETCH, START, import_catalog
+
+pytestmark = pytest.mark.slow  # a real Prefect server's first start, then a browser
+
+#: How long the UI may take to render the artifact (its JS bundle, then two API reads), and
+#: then to decode the images: generous, for a loaded 2-core machine. Not a timing assert:
+#: the test only fails if the plots never show.
+RENDER_TIMEOUT_MS = 90_000
+DECODE_TIMEOUT_MS = 20_000
+
+_IMAGES_JS = """() => Array.from(document.images).map(i => ({
+    alt: i.alt, src: i.getAttribute('src') || '', width: i.naturalWidth, complete: i.complete}))"""
+#: At least n images with an alt text (the markdown's) that the browser decoded.
+_DECODED_JS = """n => Array.from(document.images).filter(
+    i => i.alt && i.complete && i.naturalWidth > 0).length >= n"""
+
+
+def _latest_summary(api_url: str):
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["recrawl-summary"])),
+            sort=ArtifactSort.CREATED_DESC,
+            limit=1,
+        )
+    assert found, "the cycle created no recrawl-summary artifact"
+    return found[0]
+
+
+def test_the_summary_artifact_shows_the_cycle_plots_in_the_prefect_ui(
+    prefect_ui_server, browser, screenshot_dir, sandbox_web, tmp_path
+):
+    root = str(tmp_path / "store")
+    urls = import_catalog(root, sandbox_web)
+    with temporary_settings({PREFECT_API_URL: prefect_ui_server.api_url}):
+        result = recrawl_flow(
+            root=root,
+            budget=len(urls),
+            at=START,
+            fetch=FAST_FETCH,
+            slices=BOOTSTRAP,
+            sandbox={"hosts": 6, "pages_per_host": 10, "seed": 5},
+        )
+    assert result["status"] == "committed"
+    plots = sorted(p.name for p in report_dir(root, 0).glob("*.png"))
+    assert len(plots) >= 3, plots  # freshness, budget by slice, rate distribution
+
+    artifact = _latest_summary(prefect_ui_server.api_url)
+    print(f"recrawl-summary artifact: {len(str(artifact.data)):,} characters")
+
+    page = browser.new_page()
+    failures = []
+    for ui, path in [("v2", "/v2/artifacts/artifact/"), ("v1", "/artifacts/artifact/")]:
+        page.goto(prefect_ui_server.url + path + str(artifact.id))
+        heading = page.get_by_role("heading", name=re.compile(r"Recrawl cycle 0"))
+        heading.first.wait_for(timeout=RENDER_TIMEOUT_MS)  # the markdown is rendered
+        with contextlib.suppress(PlaywrightTimeout):  # what did render is reported below
+            page.wait_for_function(_DECODED_JS, arg=len(plots), timeout=DECODE_TIMEOUT_MS)
+        shot = screenshot_dir / f"recrawl-summary-{ui}.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot of the {ui} UI's artifact page: {shot}")
+        images = [i for i in page.evaluate(_IMAGES_JS) if i["alt"]]  # the UI's own have none
+        decoded = [i for i in images if i["complete"] and i["width"] > 0]
+        if len(decoded) < len(plots):
+            shown = [{**i, "src": i["src"][:40]} for i in images]
+            failures.append(f"{ui} UI: {len(decoded)} of {len(plots)} plots shown; images: {shown}")
+    page.close()
+    assert not failures, "\n".join(failures)
