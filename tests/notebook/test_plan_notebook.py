@@ -70,13 +70,17 @@ def kernel_manager(tmp_path):
     """A kernel of ``sys.executable`` (this virtualenv) from a kernel spec in a temp dir."""
     spec_dir = tmp_path / "kernels" / KERNEL
     spec_dir.mkdir(parents=True)
+    kernel_tmp = tmp_path / "kernel-tmp"
+    kernel_tmp.mkdir()
     (spec_dir / "launch.py").write_text(LAUNCHER)
     spec = {
         "argv": [sys.executable, str(spec_dir / "launch.py"), "-f", "{connection_file}"],
         "display_name": KERNEL,
         "language": "python",
-        # what a Jupyter kernel draws with by default (the environment may say Agg)
-        "env": {"MPLBACKEND": "module://matplotlib_inline.backend_inline"},
+        "env": {  # MPLBACKEND: a Jupyter kernel's default (the environment may say Agg)
+            "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+            "TMPDIR": str(kernel_tmp),  # the notebook's sample store, removed with tmp_path
+        },
     }
     (spec_dir / "kernel.json").write_text(json.dumps(spec))
     specs = KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")])
