@@ -85,8 +85,8 @@ def test_a_failing_host_batch_leaves_the_cycle_committed(
     assert bad["reason"].str.contains("simulated crash").all()
     assert (rows[rows["host"] != bad_host]["outcome"] == "ok").all()
 
-    # never observed, so the discovery slice (5% of 400) takes them, at twice the cost:
-    # the errors halved the host's health
+    # never observed, so they are planned as first visits (reason discovery), at twice the
+    # cost: the errors halved the host's health
     monkeypatch.setattr(tasks.cycle, "fetch_batch", real_fetch)
     plan = plan_flow(root=root, budget=400, cycle=1, at=START + timedelta(days=1))
     planned = pd.read_parquet(plan["path"])
