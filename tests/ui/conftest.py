@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import sync_playwright
@@ -39,8 +40,7 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-#: The browser never fetches a browser of its own: it is told where Debian's is.
-os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,10 @@ def _healthy(api_url: str) -> bool:
             return bool(response.status == 200)
     except OSError:
         return False
+
+
+def _tail(log: Path, lines: int = 30) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 @pytest.fixture(scope="session")
@@ -93,9 +97,11 @@ def prefect_ui_server(tmp_path_factory) -> Iterator[PrefectUIServer]:
         deadline = started + SERVER_START_TIMEOUT_S
         while not _healthy(url + "/api"):
             if proc.poll() is not None:
-                pytest.fail(f"prefect server exited with {proc.returncode}; see {log}")
+                pytest.fail(f"prefect server exited with {proc.returncode}:\n{_tail(log)}")
             if time.monotonic() > deadline:
-                pytest.fail(f"prefect server not healthy after {SERVER_START_TIMEOUT_S} s; {log}")
+                pytest.fail(
+                    f"prefect server not healthy after {SERVER_START_TIMEOUT_S} s:\n{_tail(log)}"
+                )
             time.sleep(0.5)
         print(f"prefect server start: healthy after {time.monotonic() - started:.1f} s ({url})")
         yield PrefectUIServer(url=url, log=log)
@@ -123,10 +129,22 @@ def browser(tmp_path_factory):
             args=CHROMIUM_FLAGS,
             viewport={"width": 1280, "height": 2400},
         )
+        blocked: list[str] = []
+
+        def loopback_only(route) -> None:  # the UI may link out; nothing leaves the machine
+            if urlsplit(route.request.url).hostname in LOOPBACK:
+                route.continue_()
+            else:
+                blocked.append(route.request.url)
+                route.abort()
+
+        context.route("**/*", loopback_only)
         try:
             yield context
         finally:
             context.close()
+            if blocked:
+                print(f"requests off the loopback, not sent: {sorted(set(blocked))}")
 
 
 @pytest.fixture(scope="session")

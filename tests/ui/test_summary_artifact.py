@@ -33,9 +33,9 @@ DECODE_TIMEOUT_MS = 20_000
 
 _IMAGES_JS = """() => Array.from(document.images).map(i => ({
     alt: i.alt, src: i.getAttribute('src') || '', width: i.naturalWidth, complete: i.complete}))"""
-#: At least n images with an alt text (the markdown's) that the browser decoded.
-_DECODED_JS = """n => Array.from(document.images).filter(
-    i => i.alt && i.complete && i.naturalWidth > 0).length >= n"""
+#: Every plot is an image (its alt text the plot's name) that the browser decoded.
+_DECODED_JS = """names => names.every(n => Array.from(document.images).some(
+    i => i.alt === n && i.complete && i.naturalWidth > 0))"""
 
 
 def _latest_summary(api_url: str):
@@ -50,7 +50,7 @@ def _latest_summary(api_url: str):
 
 
 def test_the_summary_artifact_shows_the_cycle_plots_in_the_prefect_ui(
-    prefect_ui_server, browser, screenshot_dir, sandbox_web, tmp_path
+    browser, prefect_ui_server, screenshot_dir, sandbox_web, tmp_path
 ):
     root = str(tmp_path / "store")
     urls = import_catalog(root, sandbox_web)
@@ -64,8 +64,13 @@ def test_the_summary_artifact_shows_the_cycle_plots_in_the_prefect_ui(
             sandbox={"hosts": 6, "pages_per_host": 10, "seed": 5},
         )
     assert result["status"] == "committed"
-    plots = sorted(p.name for p in report_dir(root, 0).glob("*.png"))
-    assert len(plots) >= 3, plots  # freshness, budget by slice, rate distribution
+    folder = report_dir(root, 0)
+    pngs = sorted(p.name for p in folder.glob("*.png"))
+    assert len(pngs) >= 3, pngs  # freshness, budget by slice, rate distribution
+    # each plot's name, as summary.md links it (an image or a link)
+    plots_section = (folder / "summary.md").read_text().split("## Plots", 1)[-1]
+    names = re.findall(r"\[([^\]]+)\]\(", plots_section)
+    assert len(names) == len(pngs), (names, pngs)
 
     artifact = _latest_summary(prefect_ui_server.api_url)
     print(f"recrawl-summary artifact: {len(str(artifact.data)):,} characters")
@@ -77,14 +82,15 @@ def test_the_summary_artifact_shows_the_cycle_plots_in_the_prefect_ui(
         heading = page.get_by_role("heading", name=re.compile(r"Recrawl cycle 0"))
         heading.first.wait_for(timeout=RENDER_TIMEOUT_MS)  # the markdown is rendered
         with contextlib.suppress(PlaywrightTimeout):  # what did render is reported below
-            page.wait_for_function(_DECODED_JS, arg=len(plots), timeout=DECODE_TIMEOUT_MS)
+            page.wait_for_function(_DECODED_JS, arg=names, timeout=DECODE_TIMEOUT_MS)
         shot = screenshot_dir / f"recrawl-summary-{ui}.png"
         page.screenshot(path=str(shot), full_page=True)
         print(f"screenshot of the {ui} UI's artifact page: {shot}")
-        images = [i for i in page.evaluate(_IMAGES_JS) if i["alt"]]  # the UI's own have none
-        decoded = [i for i in images if i["complete"] and i["width"] > 0]
-        if len(decoded) < len(plots):
+        images = page.evaluate(_IMAGES_JS)
+        decoded = {i["alt"] for i in images if i["complete"] and i["width"] > 0}
+        missing = [name for name in names if name not in decoded]
+        if missing:
             shown = [{**i, "src": i["src"][:40]} for i in images]
-            failures.append(f"{ui} UI: {len(decoded)} of {len(plots)} plots shown; images: {shown}")
+            failures.append(f"{ui} UI: plots not shown {missing}; images on the page: {shown}")
     page.close()
     assert not failures, "\n".join(failures)
