@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from models.schemas import CATALOG_REQUIRED, CATALOG_SCHEMA
-from models.urls import InvalidURLError, normalize, url_id
+from models.urls import InvalidURLError, normalize, url_host, url_id
 from tasks.history import HistoryCorruptError, _write_parquet, connect
 
 DEFAULTS = {"value": 1.0, "cost": 1.0, "source": "seed"}
@@ -30,6 +30,27 @@ _DUCKDB_TYPES = {
 
 class CatalogInputError(ValueError):
     """Rows offered to the catalog are malformed; nothing was written."""
+
+
+class StoreMissingError(ValueError):
+    """A command that reads a store was pointed at a root that holds none."""
+
+
+def require_store(root: str | Path, *, catalog: bool = False) -> None:
+    """Raise :class:`StoreMissingError` unless ``root`` holds a catalog or a history.
+
+    A mistyped ``--root`` must not read as an empty store (estimates of nothing, an empty
+    plan written into a new folder). With ``catalog``, the catalog itself is required.
+    """
+    base = Path(root)
+    has_catalog = (base / "pages" / "catalog.parquet").exists()
+    has_history = (base / "history" / "_manifest.json").exists()
+    if has_catalog or (has_history and not catalog):
+        return
+    what = "no catalog" if catalog else "neither a catalog nor a history"
+    raise StoreMissingError(
+        f"no store at {base}: it has {what} (start with: recrawl catalog import FILE --root {base})"
+    )
 
 
 class CatalogStore:
@@ -155,9 +176,7 @@ class CatalogStore:
             updates = updates.select(schema.names).cast(schema)
         except (pa.ArrowException, ValueError) as exc:
             raise CatalogInputError(f"page updates do not fit the catalog: {exc}") from None
-        for name in ("value", "cost"):
-            if name in columns and not pc.all(pc.greater(updates[name], 0)).as_py():
-                raise CatalogInputError(f"catalog column {name!r} must be positive")
+        check_value_and_cost(updates)
         if pc.count_distinct(updates["url_id"]).as_py() != updates.num_rows:
             raise CatalogInputError("page updates name a url_id more than once")
         old = self.read()
@@ -197,8 +216,19 @@ def prepare_catalog_rows(rows: pa.Table | pd.DataFrame) -> pa.Table:
             raise CatalogInputError(f"row {i}: {exc}") from None
     frame["url"] = urls
     frame["url_id"] = [url_id(u) for u in urls]
-    if "host" not in frame:
-        frame["host"] = [u.split("/")[2].split(":")[0] for u in urls]
+    # One host key per server, as discovery and the fetch engine name it: the normalized
+    # authority with a non-default port (``models.urls.url_host``); a catalog's own ``host``
+    # column must agree with it, or one server would get two tag limits and two groups.
+    hosts = [url_host(u) for u in urls]
+    if "host" in frame:
+        given = frame["host"].tolist()
+        for i, (mine, theirs) in enumerate(zip(hosts, given, strict=True)):
+            if not pd.isna(theirs) and str(theirs).lower() != mine:
+                raise CatalogInputError(
+                    f"row {i}: host {theirs!r} is not the host of {urls[i]} ({mine!r}); "
+                    "leave the host column out and it is derived from the URL"
+                )
+    frame["host"] = hosts
     for name, default in DEFAULTS.items():
         frame[name] = frame[name].fillna(default) if name in frame else default
     if "group" not in frame:
@@ -218,7 +248,16 @@ def prepare_catalog_rows(rows: pa.Table | pd.DataFrame) -> pa.Table:
         table = table.cast(CATALOG_SCHEMA)
     except (pa.ArrowException, ValueError, TypeError) as exc:
         raise CatalogInputError(f"catalog rows do not fit the schema: {exc}") from None
-    for name in ("value", "cost"):
-        if not pc.all(pc.greater(table[name], 0)).as_py():
-            raise CatalogInputError(f"catalog column {name!r} must be positive")
+    check_value_and_cost(table)
     return table
+
+
+def check_value_and_cost(table: pa.Table) -> None:
+    """Raise :class:`CatalogInputError` unless every ``value`` and ``cost`` is finite and > 0."""
+    for name in ("value", "cost"):
+        if name not in table.column_names:
+            continue
+        column = table[name]
+        ok = pc.and_(pc.greater(column, 0), pc.is_finite(column))
+        if not pc.all(pc.fill_null(ok, False)).as_py():
+            raise CatalogInputError(f"catalog column {name!r} must be positive and finite")
