@@ -17,10 +17,11 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.run_context import run_logger
+from models.change_rate import PriorName
 from models.planning import Slices
 from tasks.history import HistoryStore
 from tasks.memory import keep_freed_memory
-from tasks.planning import plan_cycle
+from tasks.planning import adhoc_plan_name, plan_cycle
 
 CostModelName = Literal["credits", "bandwidth", "catalog"]
 
@@ -46,8 +47,13 @@ def plan_cycle_task(
     seed: int = 0,
     at: datetime | None = None,
     slices: dict[str, Any] | None = None,
+    adhoc_name: str | None = None,
+    prior: PriorName = "mixture",
 ) -> dict[str, Any]:
-    """Write ``<root>/plans/cycle=<id>.parquet`` (and its summary JSON); return path + numbers."""
+    """Write ``<root>/plans/cycle=<id>.parquet`` (and its summary JSON); return path + numbers.
+
+    With ``adhoc_name``: ``plans/adhoc/<name>.parquet`` (``tasks.planning.plan_path``).
+    """
     keep_freed_memory()
     started = time.time()
     result = plan_cycle(
@@ -59,24 +65,30 @@ def plan_cycle_task(
         seed=seed,
         now=at,
         slices=Slices(**slices) if slices else None,
+        adhoc_name=adhoc_name,
+        prior=prior,
     )
     summary = {k: float(v) for k, v in result.summary.items()}
     summary_path(result.path).write_text(
-        json.dumps({"cycle": cycle, "cost_model": result.cost_model, **summary})
+        json.dumps(
+            {"cycle": cycle, "cost_model": result.cost_model, "prior": result.prior, **summary}
+        )
     )
     run_logger().info(
-        "planned cycle %s: %d pages, %.1f of %.1f spent (%s), %.1f changes expected",
+        "planned cycle %s: %d pages, %.1f of %.1f spent (%s), %.1f changes expected; %s",
         cycle,
         summary["pages"],
         summary["spent"],
         budget,
         result.cost_model,
         summary["expected_changes"],
+        result.prior,
     )
     return {
         "path": str(result.path),
         "summary": summary,
         "cost_model": result.cost_model,
+        "prior": result.prior,
         "started": started,
         "ended": time.time(),
     }
@@ -91,11 +103,29 @@ def plan_flow(
     cost_model: CostModelName = "credits",
     seed: int = 0,
     at: datetime | None = None,
+    prior: PriorName = "mixture",
 ) -> dict[str, Any]:
     """Plan one cycle (default: the one after the newest committed) without fetching.
 
-    ``at`` is the planning time (default: the newest attempt in the history).
+    ``at`` is the planning time (default: the newest attempt in the history). The plan is an
+    ad hoc one, written under its own name in ``plans/adhoc/`` (returned as ``path``): it
+    never replaces the plan of a cycle the daily recrawl is running.
     """
     cycle_id = next_cycle_id(root) if cycle is None else cycle
-    planned = plan_cycle_task(root, cycle_id, budget, host_capacity, cost_model, seed, at)
-    return {"cycle": cycle_id, "path": planned["path"], **planned["summary"]}
+    planned = plan_cycle_task(
+        root,
+        cycle_id,
+        budget,
+        host_capacity,
+        cost_model,
+        seed,
+        at,
+        adhoc_name=adhoc_plan_name(cycle_id),
+        prior=prior,
+    )
+    return {
+        "cycle": cycle_id,
+        "path": planned["path"],
+        "prior": planned["prior"],
+        **planned["summary"],
+    }

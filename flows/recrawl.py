@@ -76,6 +76,7 @@ from tasks.fetch import EngineState
 from tasks.fetch_settings import FetchSettings
 from tasks.host_limits import ensure_tag_limits
 from tasks.memory import keep_freed_memory
+from tasks.planning import plan_path as plan_path_of
 from tasks.reports import (
     cycle_numbers,
     embed_plots,
@@ -283,7 +284,7 @@ def recrawl_flow(
     window_s: float | None = None,
     sandbox: dict[str, Any] | None = None,
     replace: bool = False,
-    seed: int = 0,
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """One recrawl cycle (see the module docstring).
 
@@ -294,6 +295,8 @@ def recrawl_flow(
     the report. ``host_shards > 0`` tags each batch with one ``hostshard:<k>`` instead of
     one ``host:<h>`` per host (far fewer slot acquisitions with thousands of hosts; every
     run and machine must use the same value).
+    ``seed`` seeds the plan's random verification sample; by default the cycle id, so each
+    cycle verifies other pages.
     """
     keep_freed_memory()
     logger = run_logger()
@@ -322,12 +325,19 @@ def recrawl_flow(
     timings: dict[str, tuple[float, float]] = {}
     if state == "resume" and not replace:
         specs = resume_split_task(root, cycle_id)
-        plan_path = f"{root}/plans/cycle={cycle_id}.parquet"
+        plan_path = str(plan_path_of(root, cycle_id))
         logger.info("resuming cycle %s: %d batches already split", cycle_id, len(specs))
     else:
         discard_work(root, cycle_id)
         planned = plan_cycle_task(
-            root, cycle_id, budget, host_capacity, cost_model, seed, at, slices
+            root,
+            cycle_id,
+            budget,
+            host_capacity,
+            cost_model,
+            cycle_id if seed is None else seed,
+            at,
+            slices,
         )
         plan_path = planned["path"]
         timings["plan"] = (planned["started"], planned["ended"])

@@ -34,6 +34,9 @@ OUTCOMES: tuple[str, ...] = (
     "truncated",  # the connection broke mid-body (reset, shorter than Content-Length)
 )
 OBSERVATION_OUTCOMES: tuple[str, ...] = ("ok", "not_modified")
+#: Outcomes of attempts that never sent a request: they cost nothing and say nothing of
+#: the host's health; reports and pricing count them apart from the requests sent.
+NOT_SENT_OUTCOMES: tuple[str, ...] = ("shed", "robots_denied", "refused_address")
 
 UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from models.allocation import allocate
+from models.change_rate import PriorChoice
 from models.cost import (
     BILLED_OUTCOMES,
     COST_MODELS,
@@ -21,15 +23,15 @@ from models.cost import (
 )
 from models.discovery import NEAR_DUPLICATE_VALUE
 from models.planning import REASONS, Candidates, PlanningInputError, Slices, select_batch
-from models.schemas import OBSERVATION_OUTCOMES
+from models.schemas import NOT_SENT_OUTCOMES, OBSERVATION_OUTCOMES
 from tasks.catalog import CatalogStore
 from tasks.estimation import load_rate_estimates
 from tasks.history import HistoryStore, connect
 
 _NEWEST = "SELECT max(fetched_at) FROM history"
 # One pass over the history per page: its last observation, and what its recent attempts
-# cost and said about its host. Attempts that sent no request (shed, robots denials) are
-# not attempts for pricing.
+# cost and said about its host. Attempts that sent no request (``NOT_SENT_OUTCOMES``: shed,
+# robots denials, refused addresses) are not attempts for pricing.
 _ATTEMPTS = """
 SELECT url_id, any_value(host) AS host,
        max(fetched_at) FILTER (WHERE outcome IN (SELECT unnest($observed))) AS last_visit,
@@ -40,7 +42,7 @@ SELECT url_id, any_value(host) AS host,
        count(*) FILTER (WHERE priced AND fetched_at >= $health_since) AS recent,
        count(*) FILTER (WHERE fetched_at >= $health_since
                         AND outcome IN (SELECT unnest($unhealthy))) AS unhealthy
-FROM (SELECT *, outcome NOT IN ('shed', 'robots_denied') AS priced FROM history)
+FROM (SELECT *, outcome NOT IN (SELECT unnest($not_sent)) AS priced FROM history)
 GROUP BY url_id
 """
 _PAGES = """
@@ -66,11 +68,39 @@ WHERE c.canonical IS NULL  -- a page known by another URL is not planned on its 
 """
 
 
+#: Ad hoc plans (a notebook's, ``recrawl plan``, the ``plan-adhoc`` deployment) live apart
+#: from the cycles' own plans, each under its own name, so planning ahead never replaces the
+#: plan a running cycle is fetching.
+ADHOC_DIR = "adhoc"
+_ADHOC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]{0,127}")
+
+
+def plan_path(root: str | Path, cycle_id: int, adhoc_name: str | None = None) -> Path:
+    """Where a plan lives: ``plans/cycle=<id>.parquet`` for the cycle's own plan (the one
+    the recrawl cycle fetches), ``plans/adhoc/<name>.parquet`` for an ad hoc one."""
+    plans = Path(root) / "plans"
+    if adhoc_name is None:
+        return plans / f"cycle={int(cycle_id)}.parquet"
+    if not _ADHOC_NAME.fullmatch(adhoc_name) or ".." in adhoc_name:
+        raise PlanningInputError(
+            f"ad hoc plan name {adhoc_name!r}: use letters, digits and . _ = + - (128 at most)"
+        )
+    return plans / ADHOC_DIR / f"{adhoc_name}.parquet"
+
+
+def adhoc_plan_name(cycle_id: int, now: datetime | None = None) -> str:
+    """A fresh ad hoc plan name: the cycle planned and when (UTC, microseconds)."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S.%fZ")
+    return f"cycle={int(cycle_id)}.{stamp}"
+
+
 @dataclass(frozen=True)
 class PlanResult:
     path: Path
     summary: dict[str, float]
     cost_model: str
+    #: the prior the rates came from, one line (``RateEstimates.prior_description``)
+    prior: str = ""
 
 
 def plan_cycle(
@@ -87,8 +117,13 @@ def plan_cycle(
     cost_window_days: float = 30.0,
     health_window_days: float = 7.0,
     near_duplicate_value: float = NEAR_DUPLICATE_VALUE,
+    adhoc_name: str | None = None,
+    prior: PriorChoice = "mixture",
 ) -> PlanResult:
     """Write ``<root>/plans/cycle=<id>.parquet`` and return its path and summary.
+
+    With ``adhoc_name`` the plan goes to ``plans/adhoc/<name>.parquet`` instead
+    (:func:`plan_path`): an ad hoc plan never replaces a cycle's own.
 
     ``budget`` is the cycle's budget in cost units; ``host_capacity`` visits per host per
     cycle. The allocation spends what is left after the reserved slices, at most one visit
@@ -102,10 +137,13 @@ def plan_cycle(
     What the recrawl cycle learned of the catalog's pages applies: a page whose
     ``canonical`` names another page is left out (the other page is planned), and a known
     near-duplicate (``near_duplicate_of``) counts ``near_duplicate_value`` times its value.
+
+    Rates come from ``tasks.estimation.load_rate_estimates(root, prior=prior)`` (a weaker
+    prior where ``prior`` cannot be fitted; ``PlanResult.prior`` names the one used).
     """
     slices = slices or Slices()
     model = _cost_model(cost_model)
-    est = load_rate_estimates(root)
+    est = load_rate_estimates(root, prior=prior)
     con = connect()
     con.register(
         "estimates",
@@ -119,6 +157,7 @@ def plan_cycle(
     stamp = pd.Timestamp(now)
     params = {
         "observed": list(OBSERVATION_OUTCOMES),
+        "not_sent": list(NOT_SENT_OUTCOMES),
         "billed": list(BILLED_OUTCOMES),
         "unhealthy": list(UNHEALTHY_OUTCOMES),
         "cost_since": (stamp - pd.Timedelta(days=cost_window_days)).to_pydatetime(),
@@ -170,7 +209,7 @@ def plan_cycle(
             "frequency": allocation.frequencies[plan.index],
         }
     )
-    path = Path(root) / "plans" / f"cycle={cycle_id}.parquet"
+    path = plan_path(root, cycle_id, adhoc_name)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     frame.to_parquet(tmp, index=False)
@@ -184,7 +223,7 @@ def plan_cycle(
         os.close(directory)
     summary = plan.summary()
     summary["allocated_expected_freshness"] = allocation.expected_freshness
-    return PlanResult(path, summary, model.name)
+    return PlanResult(path, summary, model.name, str(est.attrs["prior_description"]))
 
 
 def page_costs(model: CostModel, pages: pd.DataFrame) -> np.ndarray:

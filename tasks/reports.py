@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from models.planning import REASONS
+from models.schemas import NOT_SENT_OUTCOMES, OBSERVATION_OUTCOMES
 from tasks.history import HistoryStore, _write_parquet, connect
 
 REPORTS = "reports"
@@ -63,13 +64,13 @@ class CycleNumbers:
 
 _CYCLE_SQL = """
 SELECT count(*) AS fetched,
-       count(*) FILTER (WHERE outcome NOT IN ('shed', 'robots_denied')) AS requests_sent,
-       count(*) FILTER (WHERE outcome IN ('ok', 'not_modified')) AS observations,
+       count(*) FILTER (WHERE outcome NOT IN (SELECT unnest($not_sent))) AS requests_sent,
+       count(*) FILTER (WHERE outcome IN (SELECT unnest($observed))) AS observations,
        count(*) FILTER (WHERE changed) AS changes_found,
        count(*) FILTER (WHERE changed = false) AS unchanged,
-       count(*) FILTER (WHERE outcome IN ('ok', 'not_modified') AND changed IS NULL)
+       count(*) FILTER (WHERE outcome IN (SELECT unnest($observed)) AND changed IS NULL)
            AS first_seen,
-       count(*) FILTER (WHERE outcome NOT IN ('ok', 'not_modified')) AS failed,
+       count(*) FILTER (WHERE outcome NOT IN (SELECT unnest($observed))) AS failed,
        coalesce(sum(cost), 0) AS cost,
        coalesce(sum(bytes), 0) AS bytes
 FROM cycle_rows
@@ -107,7 +108,8 @@ def cycle_numbers(
     con = connect()
     files = store.files([int(cycle_id)])
     con.register("cycle_rows", con.read_parquet(files, union_by_name=True))
-    row = con.sql(_CYCLE_SQL).fetchall()[0]
+    params = {"not_sent": list(NOT_SENT_OUTCOMES), "observed": list(OBSERVATION_OUTCOMES)}
+    row = con.sql(_CYCLE_SQL, params=params).fetchall()[0]
     names = [
         "fetched",
         "requests_sent",
@@ -280,12 +282,12 @@ def summary_markdown(
         f"| planned pages / cost | {n.planned_pages:,} / {n.planned_cost:,.1f} |",
         f"| pages fetched (rows) | {n.fetched:,} ({n.requests_sent:,} sent a request) |",
         f"| observations | {n.observations:,} |",
-        f"| changes found | {n.changes_found:,} (expected {n.expected_changes:,.1f}) |",
+        f"| changes found | {changes_found_text(n)} |",
         f"| fetches that found no change | {n.unchanged:,} |",
         f"| first observations | {n.first_seen:,} |",
         f"| failed attempts | {n.failed:,} ({n.failed_batches} failed batches) |",
         f"| cost | {n.cost:,.2f} |",
-        f"| cost per change detected | {n.cost_per_change:,.3f} |",
+        f"| cost per change detected | {cost_per_change_text(n)} |",
         f"| expected freshness (model) | {n.expected_freshness:.3f} |",
         f"| realized freshness (truth) | {realized} |",
         "",
@@ -307,6 +309,25 @@ def summary_markdown(
     for name, path in plots.items():
         lines += [_plot_image(name, Path(path).name), ""]
     return "\n".join(lines) + "\n"
+
+
+def changes_found_text(n: CycleNumbers) -> str:
+    """Changes found, against the revisits that could find one (a first visit cannot)."""
+    revisits = n.observations - n.first_seen
+    if revisits == 0:
+        return f"0 on 0 revisits ({n.first_seen:,} first visits: nothing to compare yet)"
+    expected = f"plan expected {n.expected_changes:,.1f}"
+    if n.first_seen:  # the plan counts a first visit as a change (p = 1)
+        expected += f", counting {n.first_seen:,} first visits"
+    return f"{n.changes_found:,} on {revisits:,} revisits ({expected})"
+
+
+def cost_per_change_text(n: CycleNumbers) -> str:
+    if n.changes_found:
+        return f"{n.cost_per_change:,.3f}"
+    if n.observations == n.first_seen:
+        return "n/a (no revisits yet)"
+    return "n/a (no change found)"
 
 
 def _plot_image(name: str, src: str) -> str:

@@ -58,3 +58,47 @@ def test_record_cycle_replaces_a_rerun_cycle_and_markdown_has_the_numbers(tmp_pa
     assert "| cost per change detected | 2.500 |" in text
     assert "| fetches that found no change | 6 |" in text
     assert "n/a (no ground truth)" in text
+
+
+def test_a_first_cycle_reports_first_visits_not_missing_changes():
+    first = _numbers(0, 0)
+    first = type(first)(**{**first.__dict__, "first_seen": 10, "unchanged": 0})
+    text = summary_markdown(first, hosts_under_pressure([]), {}, "credits")
+    assert "| changes found | 0 on 0 revisits (10 first visits: nothing to compare yet) |" in text
+    assert "| cost per change detected | n/a (no revisits yet) |" in text
+    assert "inf" not in text
+
+
+def test_changes_are_counted_against_revisits_only():
+    mixed = _numbers(2, 3)
+    mixed = type(mixed)(**{**mixed.__dict__, "first_seen": 4, "unchanged": 3})
+    text = summary_markdown(mixed, hosts_under_pressure([]), {}, "credits")
+    assert (
+        "| changes found | 3 on 6 revisits (plan expected 4.0, counting 4 first visits) |" in text
+    )
+    none_found = _numbers(3, 0)
+    text = summary_markdown(none_found, hosts_under_pressure([]), {}, "credits")
+    assert "| cost per change detected | n/a (no change found) |" in text
+
+
+def test_refused_addresses_are_not_counted_as_requests_sent(tmp_path):
+    from datetime import UTC, datetime
+
+    import pandas as pd
+
+    from tasks.history import HistoryStore
+    from tasks.reports import cycle_numbers
+
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    rows = pd.DataFrame(
+        {
+            "url_id": [1, 2, 3, 4],
+            "host": ["a.test", "a.test", "10.0.0.1", "a.test"],
+            "fetched_at": at,
+            "outcome": ["ok", "shed", "refused_address", "timeout"],
+            "record_hash": ["h", None, None, None],
+        }
+    )
+    HistoryStore(tmp_path).write_cycle(0, rows)
+    numbers = cycle_numbers(tmp_path, 0, {"pages": 4, "spent": 4})
+    assert (numbers.fetched, numbers.requests_sent, numbers.observations) == (4, 2, 1)

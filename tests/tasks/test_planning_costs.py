@@ -86,3 +86,25 @@ def test_unknown_cost_model_is_named(tmp_path):
     root = build(tmp_path, cycles=2, pages=3)
     with pytest.raises(PlanningInputError, match="unknown cost model 'gold'"):
         plan_cycle(root, 2, budget=3.0, cost_model="gold")
+
+
+def test_refused_addresses_sent_nothing_so_they_are_not_priced(tmp_path):
+    """A ``refused_address`` row never left the machine: it is no attempt for pricing."""
+    root = build(tmp_path)
+    store = HistoryStore(root)
+    refused = store.read([11]).to_pandas()
+    refused = refused[refused["host"] == "b.test"].assign(
+        fetched_at=START + timedelta(days=11, hours=-1),
+        outcome="refused_address",
+        record_hash=None,
+        bytes=0,
+        changed=None,
+        interval_days=None,
+    )
+    both = pd.concat([refused, store.read([11]).to_pandas()], ignore_index=True)
+    store.write_cycle(11, both)
+    result = plan_cycle(root, 12, budget=5.0, host_capacity=100, now=LATER, cost_model="bandwidth")
+    costs = by_host(pd.read_parquet(result.path))["mean"]
+    # priced as attempts, the refused rows' 0 bytes would halve b's mean bytes per visit
+    assert costs["a.test"] == pytest.approx(20_000 / 2**20, rel=1e-6)
+    assert costs["b.test"] == pytest.approx(20_000 / 2**20, rel=1e-6)
