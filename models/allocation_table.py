@@ -48,16 +48,17 @@ class PhiInverse:
         inside = phi < self.edge
         u_dense = self._u(phi[inside])
         top = float(self._u(np.array([self.edge]))[0]) if self.bounded else float(u_dense[-1])
-        grid = np.linspace(float(u_dense[0]), top, points)
+        # Nodes exactly where a read puts them, u0 + i h: grid[1] - grid[0] of a linspace
+        # is h rounded at u0's scale (6e-12 relative), 65535 steps off by 1.5e-10 in u.
+        h = (top - float(u_dense[0])) / (points - 1)
+        grid = float(u_dense[0]) + np.arange(points) * h
         log_r = np.interp(grid, u_dense, dense[inside])
         for _ in range(4):  # Newton polish on u(phi(r)) = grid, in log r
             r = np.exp(log_r)
-            phi = objective.phi(r)
-            log_r -= (self._u(phi) - grid) / (r * objective.phi_slope(r) * self._du(phi))
+            u, du = self._u_of_r(r)
+            log_r -= (u - grid) / (r * objective.phi_slope(r) * du)
         r = np.exp(log_r)
-        phi = objective.phi(r)
-        h = float(grid[1] - grid[0])
-        slope = h / (r * objective.phi_slope(r) * self._du(phi))  # dy/du, in grid steps
+        slope = h / (r * objective.phi_slope(r) * self._u_of_r(r)[1])  # dy/du, in grid steps
         second = _stencil(slope)  # d2y/du2 in grid steps
         # Beyond the ends phi is a power law (y linear in u): the end nodes extrapolate
         # along their slope. At the top of a bounded phi no page goes past the edge node.
@@ -84,11 +85,16 @@ class PhiInverse:
                 return np.asarray(np.log(t * self.limit / (self.limit - t)), dtype=np.float64)
             return np.asarray(np.log(t), dtype=np.float64)
 
-    def _du(self, t: FloatArray) -> FloatArray:
-        """du/dt."""
-        if self.bounded:
-            return np.asarray(self.limit / (t * (self.limit - t)), dtype=np.float64)
-        return np.asarray(1.0 / t, dtype=np.float64)
+    def _u_of_r(self, r: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """u(phi(r)) and du/dphi there, with ``limit - phi`` from the objective's ``phi_gap``
+        where it has one: near the limit the subtraction would leave ~eps / gap relative
+        (2e-7 at the edge) in u, and as much times dy/du in the table."""
+        phi = self.objective.phi(r)
+        if not self.bounded:
+            return np.log(phi), 1.0 / phi
+        gap_of = self.objective.phi_gap
+        gap = gap_of(r) if gap_of is not None else self.limit - phi
+        return np.log(phi * self.limit / gap), self.limit / (phi * gap)
 
     def frequency(
         self,

@@ -18,6 +18,7 @@ them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -118,25 +119,55 @@ class Objective:
     phi_limit: float
     scale: Callable[[FloatArray, FloatArray], FloatArray]
     value: Callable[[FloatArray, FloatArray], FloatArray]
+    #: ``phi_limit - phi(r)`` without the cancellation of that subtraction near the limit
+    #: (None: the subtraction is used)
+    phi_gap: Callable[[FloatArray], FloatArray] | None = None
+
+
+#: Below this r, phi's series replace the closed forms (which cancel: q's closed form loses
+#: ~2 eps / r relative, the age phi's ~3 eps / r^2 to its r^2 / 2 - q). At r = 1 both
+#: closed forms are good to a few eps and the series below, cut at r^21, to ~1e-18.
+_PHI_SERIES = 1.0
+#: q(r) = 1 - (1 + r) e^-r = sum_{n >= 2} a_n r^n with a_n = (-1)^n (n - 1) / n!, and the
+#: age phi = r^2/2 - q = -sum_{n >= 3} a_n r^n; at r = 1 the first term left out,
+#: (n - 1) / n! at n = 22, is 1e-19 of the sum.
+_Q_SERIES = np.array([(-1.0) ** n * (n - 1) / math.factorial(n) for n in range(2, 22)])
+
+
+def _horner(coefficients: FloatArray, r: FloatArray) -> FloatArray:
+    """sum_k coefficients[k] r^k."""
+    out = np.full_like(r, coefficients[-1])
+    for c in coefficients[-2::-1]:
+        out *= r
+        out += c
+    return out
 
 
 def _q(r: FloatArray) -> FloatArray:
     """1 - (1 + r) e^-r: the marginal freshness (times rate) and marginal capture."""
+    small = np.minimum(r, _PHI_SERIES)
+    series = small * small * _horner(_Q_SERIES, small)
     with np.errstate(over="ignore"):
         big = -np.expm1(-r) - r * np.exp(-r)
-    small = r * r * (0.5 - r / 3.0 + r * r / 8.0)
-    return np.asarray(np.where(r < _SMALL, small, big), dtype=np.float64)
+    return np.asarray(np.where(r < _PHI_SERIES, series, big), dtype=np.float64)
 
 
 def _q_slope(r: FloatArray) -> FloatArray:
     return np.asarray(r * np.exp(-r), dtype=np.float64)
 
 
+def _q_gap(r: FloatArray) -> FloatArray:
+    """1 - q(r) = (1 + r) e^-r, exact to a few ulps where q is within ulps of 1."""
+    return np.asarray((1.0 + r) * np.exp(-r), dtype=np.float64)
+
+
 def _phi_age(r: FloatArray) -> FloatArray:
     """r^2/2 - 1 + (1 + r) e^-r: the marginal age reduction (times rate^2)."""
-    big = r * r / 2.0 - _q(r)
-    small = r**3 * (1.0 / 3.0 - r / 8.0 + r * r / 30.0)
-    return np.asarray(np.where(r < _SMALL, small, big), dtype=np.float64)
+    small = np.minimum(r, _PHI_SERIES)
+    series = -(small**3) * _horner(_Q_SERIES[1:], small)
+    with np.errstate(over="ignore"):
+        big = r * r / 2.0 - _q(r)
+    return np.asarray(np.where(r < _PHI_SERIES, series, big), dtype=np.float64)
 
 
 def _phi_age_slope(r: FloatArray) -> FloatArray:
@@ -157,7 +188,9 @@ def _capture_value(rate: FloatArray, f: FloatArray) -> FloatArray:
 
 #: Maximize value-weighted time-averaged freshness (Cho & Garcia-Molina): pages that change
 #: far faster than they can be revisited get fewer visits, even none.
-FRESHNESS = Objective("freshness", _q, _q_slope, 1.0, lambda rate, w: rate / w, _freshness_value)
+FRESHNESS = Objective(
+    "freshness", _q, _q_slope, 1.0, lambda rate, w: rate / w, _freshness_value, _q_gap
+)
 #: Minimize value-weighted expected age: every changing page gets some visits.
 AGE = Objective(
     "age", _phi_age, _phi_age_slope, np.inf, lambda rate, w: rate * rate / w, _negative_age
@@ -165,6 +198,6 @@ AGE = Objective(
 #: Maximize value-weighted changes captured, for jobs where every change matters: fast pages
 #: get more visits, not fewer (visits in proportion to rate, up to the per-page cap).
 CHANGE_CAPTURE = Objective(
-    "change_capture", _q, _q_slope, 1.0, lambda rate, w: 1.0 / w, _capture_value
+    "change_capture", _q, _q_slope, 1.0, lambda rate, w: 1.0 / w, _capture_value, _q_gap
 )
 OBJECTIVES = {o.name: o for o in (FRESHNESS, AGE, CHANGE_CAPTURE)}

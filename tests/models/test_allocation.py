@@ -434,6 +434,33 @@ def test_the_direct_solver_takes_over_when_local_models_do_not_settle(monkeypatc
     np.testing.assert_array_equal(result.frequencies, direct.frequencies)
 
 
+EPS = float(np.finfo(np.float64).eps)
+EPS32 = float(np.finfo(np.float32).eps)
+# The table's accuracy in y = log r, i.e. relative in f = rate e^-y (the module's "~1e-11"):
+# a second-order Taylor step from the nearest node, |offset| <= 1/2 grid step, leaves
+# max|y'''| (1/2)^3 / 6 (in grid steps; 3.2e-12 for q, 2.7e-12 for the age phi, from the
+# tables' own third differences, checked below), and the nodes' y are phi's inverse to a
+# few eps (phi to 2 eps, its series and closed forms; u from log to 1 ulp; libm or numpy's
+# SIMD exp/log to a few ulps). 1e-11 leaves room for both.
+TABLE_Y_ERROR = 1e-11
+
+
+@pytest.mark.parametrize("objective", [FRESHNESS, AGE, CHANGE_CAPTURE], ids=lambda o: o.name)
+def test_the_table_cells_meet(objective):
+    # Two neighbouring nodes' expansions at the cell boundary differ by at most both
+    # Taylor remainders, max|y'''| / 48 each, y''' read from the table's own y''/2
+    # (a node's c2) as 2 dc2 per grid step; plus the nodes' rounding, a few eps |y|.
+    table = inverse_of(objective)
+    c0, c1, c2 = table.c0, table.c1, table.c2
+    left = c0[:-1] + 0.5 * c1[:-1] + 0.25 * c2[:-1]
+    right = c0[1:] - 0.5 * c1[1:] + 0.25 * c2[1:]
+    third = 2 * np.abs(np.diff(c2[1:-1]))  # the end nodes extrapolate (c2 = 0 there)
+    remainder = 1.25 * float(third.max()) / 48  # 1.25: y''' varies within a cell
+    assert 2 * remainder <= TABLE_Y_ERROR
+    jump = np.abs(left - right)
+    assert np.all(jump <= 2 * remainder + 8 * EPS * np.maximum(np.abs(c0[:-1]), 1.0))
+
+
 @pytest.mark.parametrize("objective", [FRESHNESS, AGE, CHANGE_CAPTURE], ids=lambda o: o.name)
 def test_the_table_inverts_phi_with_its_derivatives(objective):
     table = inverse_of(objective)
@@ -441,23 +468,44 @@ def test_the_table_inverts_phi_with_its_derivatives(objective):
     t = np.exp(np.linspace(np.log(1e-12), np.log(top), 20_001))
     ones = np.ones_like(t)
     f, d1, d2 = table.raw_expansion(t, ones, ones)
-    np.testing.assert_allclose(objective.phi(1.0 / f), t, rtol=1e-8)
+    # phi(1/f) = t: f off by TABLE_Y_ERROR relative moves phi by that times
+    # dlog phi / dlog r = 1 / (A (1 + x)) <= 3 (A = dy/du >= 1/3: the age phi's r^3 end),
+    # plus phi's own 2 eps and the read's log (1 ulp of u times A).
+    np.testing.assert_allclose(objective.phi(1.0 / f), t, rtol=3 * TABLE_Y_ERROR + 8 * EPS)
     room = np.minimum(t, table.limit - t) if table.bounded else t
-    for step in (1e-5, 1e-3):  # small steps for f', larger for f'' (cells meet at 1e-11 f)
+
+    def read(at):
+        return table.raw_expansion(at, ones, ones)[0]
+
+    for step in (1e-5, 1e-3):  # small steps for f', larger for f''
+        # Central differences at h and h/2, Richardson-combined: (4 D(h/2) - D(h)) / 3
+        # leaves a truncation of order step^4 (1e-20 of f', 1e-12 of f''s natural size
+        # f / room^2, times derivatives of f of order room^-k at most: negligible). Each
+        # read is off by up to TABLE_Y_ERROR f (reads may fall in different cells, so
+        # the errors need not cancel): at most 3 E f / h in f' and (4 * 16 + 4) / 3 < 23
+        # E f / h^2 in f''; and t +- h rounds to 1/2 ulp of t, moving a read by
+        # |f'| eps t / 2: 3 eps t / h |f'| and 23 eps t / h^2 |f'|.
         h = step * room
-        up, _, _ = table.raw_expansion(t + h, ones, ones)
-        down, _, _ = table.raw_expansion(t - h, ones, ones)
+        up, down, half_up, half_down = (read(t + k * h) for k in (1, -1, 0.5, -0.5))
         if step < 1e-4:
-            np.testing.assert_allclose(d1, (up - down) / (2 * h), rtol=1e-5)
-        else:  # f'' crosses 0: measured against its natural size f / room^2 (and phi
-            # itself, computed in floats, is only good to ~1e-7 where its series ends)
-            second = (up - 2 * f + down) / (h * h)
-            assert np.all(np.abs(2 * d2 - second) <= 1e-3 * (np.abs(second) + f / room**2))
-    # the float32 reading (refreshes whose boxes are not final) agrees to a few 1e-7; f''
-    # against its natural size, as it crosses 0
+            wide, narrow = (up - down) / (2 * h), (half_up - half_down) / h
+            bound = 3 * (TABLE_Y_ERROR * f + EPS * t * np.abs(d1)) / h
+            assert np.all(np.abs(d1 - (4 * narrow - wide) / 3) <= bound)
+        else:  # f'' crosses 0: measured against the reads' errors, not its own size
+            wide = (up - 2 * f + down) / (h * h)
+            narrow = (half_up - 2 * f + half_down) / (h * h / 4)
+            bound = 23 * (TABLE_Y_ERROR * f + EPS * t * np.abs(d1)) / (h * h)
+            assert np.all(np.abs(2 * d2 - (4 * narrow - wide) / 3) <= bound)
+    # The float32 reading (refreshes whose boxes are not final): the node's exp(-y) and
+    # coefficients rounded to float32 (1/2 ulp each), the offset's polynomial and float32
+    # exp of it (numpy's SIMD float32 exp is good to a few ulps: 2 measured under AVX2,
+    # 1/2 without; 4 allowed), then about ten roundings for f' and f'' (products of
+    # float32 terms): 16 float32 ulps of each's natural size, f'' against f / room^2 (it
+    # crosses 0), plus the float64 table's own error.
     single = table.raw_expansion(
         t, ones.astype(np.float32), ones.astype(np.float32), dtype=np.float32
     )
-    for exact, value, size in zip((f, d1, d2), single, (f, np.abs(d1), f / room**2), strict=True):
+    sizes = (f, np.abs(d1), f / room**2)
+    for exact, value, size in zip((f, d1, d2), single, sizes, strict=True):
         assert value.dtype == np.float32
-        assert np.all(np.abs(value - exact) <= 2e-6 * size)
+        assert np.all(np.abs(value - exact) <= (16 * EPS32 + TABLE_Y_ERROR) * size)
