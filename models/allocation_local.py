@@ -559,6 +559,8 @@ def _reach(error: float, scale: float, old: float, held: bool, beyond: float = 0
     if held:
         wide = max(4.0 * old, 2.0 * abs(beyond), 1e-5 * scale)
         return float(min(wide, 0.75 * scale if scale > 0 else np.inf))
+    if np.isnan(error):  # an error estimate that overflowed: the widest box
+        error = np.inf
     reach = max(8.0 * error, 1e-6 * scale)
     if reach > final and 2.0 * error <= final:
         reach = final

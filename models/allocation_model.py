@@ -375,7 +375,10 @@ class Model:
         own, spend = self._truncation(answer.mu, answer.nu, answer.load_nu, answer.load)
         spend_error = spend + float(np.sum(np.abs(answer.spend_nu) * own))
         mu_error = spend_error / max(abs(answer.spend_mu), 1e-300)
-        nu_error = own + np.abs(answer.follow) * mu_error
+        # mu's error reaches only the hosts that follow mu (0 x inf would be NaN: an
+        # overflowing third-order estimate far from the centre must widen, not poison)
+        with np.errstate(invalid="ignore"):
+            nu_error = own + np.where(answer.follow != 0, np.abs(answer.follow) * mu_error, 0.0)
         nu_error[0] = 0.0
         return mu_error, nu_error
 
