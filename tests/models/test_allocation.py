@@ -409,6 +409,15 @@ def test_a_host_mixed_across_its_capacity_keeps_the_budget_exact():
     assert_same_answer(problem, local, solve_direct(problem, page_scale(problem)))
 
 
+def test_an_overflowing_error_estimate_widens_the_box():
+    # Regression (found by the property test above, before the phi table was made exact):
+    # far from a refresh's centre the third-order error estimate overflowed, a host that
+    # does not follow mu got 0 x inf = NaN for its error, and the NaN box sent a NaN
+    # multiplier to the table (an IndexError). An unknown error takes the widest box.
+    assert allocation_local._reach(float("nan"), 2.0, 0.1, False) == 1.0
+    assert allocation_local._reach(float("inf"), 2.0, 0.1, False) == 1.0
+
+
 @pytest.mark.parametrize("objective", [FRESHNESS, AGE, CHANGE_CAPTURE], ids=lambda o: o.name)
 def test_local_models_agree_with_the_direct_solver(objective):
     problem = web_problem(30_000, 300, seed=3, objective=objective)
