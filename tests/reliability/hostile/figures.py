@@ -1,7 +1,7 @@
 """Figures of the hostile-server and address-policy runs, printed at the end of the session.
 
 Tests record what they tried and what came out; ``pytest_terminal_summary`` in the conftests
-prints the lines (the numbers quoted in README.md, "Hostile servers and address policy").
+prints the lines (the numbers quoted in docs/fetch.md, "Hostile servers and address policy").
 """
 
 from __future__ import annotations
