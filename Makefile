@@ -4,8 +4,20 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SHELL := /bin/bash
+# Each step prints "[time] <target>: wall, user, sys" (where `make test`'s time goes).
+TIMED = TIMEFORMAT='[time] $@: %R s wall, %U s user, %S s sys'; time
+# numpy's SIMD dispatch capped below the CPU's own level, so the numerical tests run as
+# on a CPU without AVX-512 (x86-64-v3) and without AVX2/FMA (x86-64-v2, numpy's
+# baseline: it cannot be disabled). numpy >= 2.4 names the levels; unknown names are
+# ignored, so on a CPU without a level its pass is the same as the default one.
+NO_AVX512 := X86_V4 AVX512_ICL AVX512_SPR
+NO_AVX2 := X86_V3 $(NO_AVX512)
+# The numerical tests: the models' (the allocation solver, the estimators, the backtest).
+NUMERICS := tests/models
+PYTEST_TIMES := --durations=20
 
-.PHONY: setup demo test lint types pytest reliability bench clean
+.PHONY: setup demo test lint types pytest numerics numerics-v3 numerics-v2 reliability bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,20 +30,28 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/recrawl demo
 
-test: lint types pytest
+test: lint types pytest numerics
 
 lint: $(STAMP)
-	$(BIN)/ruff format --check .
-	$(BIN)/ruff check .
+	@$(TIMED) { $(BIN)/ruff format --check . && $(BIN)/ruff check .; }
 
 types: $(STAMP)
-	$(BIN)/mypy models sandbox
+	@$(TIMED) $(BIN)/mypy models sandbox
 
 pytest: $(STAMP)
-	$(BIN)/pytest
+	@$(TIMED) $(BIN)/pytest $(PYTEST_TIMES)
+
+# The numerical tests again under each capped dispatch (the whole suite ran at the CPU's).
+numerics: numerics-v3 numerics-v2
+
+numerics-v3: $(STAMP)
+	@$(TIMED) NPY_DISABLE_CPU_FEATURES='$(NO_AVX512)' $(BIN)/pytest $(NUMERICS) $(PYTEST_TIMES)
+
+numerics-v2: $(STAMP)
+	@$(TIMED) NPY_DISABLE_CPU_FEATURES='$(NO_AVX2)' $(BIN)/pytest $(NUMERICS) $(PYTEST_TIMES)
 
 reliability: $(STAMP)
-	$(BIN)/pytest -m 'reliability or long_reliability'
+	@$(TIMED) $(BIN)/pytest -m 'reliability or long_reliability' $(PYTEST_TIMES)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_estimation.py
