@@ -1,0 +1,32 @@
+"""The example catalog names pages that the README's sandbox command really serves."""
+
+import argparse
+from urllib.parse import urlsplit
+
+import pandas as pd
+
+from sandbox.cli import add_serve_arguments, web_from_args
+from sandbox.server import host_address
+from tasks.catalog import CatalogStore
+
+EXAMPLE = "data/examples/catalog.csv"
+#: As README.md says: `recrawl sandbox --hosts 3 --pages-per-host 4 --port 8081`
+SANDBOX_ARGS = ["--hosts", "3", "--pages-per-host", "4", "--port", "8081"]
+
+
+def test_every_example_url_is_a_page_of_the_readmes_sandbox(tmp_path):
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    args = parser.parse_args(SANDBOX_ARGS)
+    web = web_from_args(args)
+    served = {
+        f"http://{host_address(h)}:{args.port}{path}"
+        for h in range(web.n_hosts)
+        for path in web.page_paths(h)
+    }
+    urls = pd.read_csv(EXAMPLE)["url"].tolist()
+    assert urls and set(urls) <= served
+    assert " ".join(SANDBOX_ARGS) in open("README.md").read()
+    CatalogStore(tmp_path).upsert(pd.read_csv(EXAMPLE))
+    hosts = set(CatalogStore(tmp_path).read()["host"].to_pylist())
+    assert hosts == {urlsplit(u).netloc for u in urls}
