@@ -7,6 +7,7 @@ For notebooks and ad hoc analysis::
     frames.history("data", cycles=[3])   # history rows with their URL (url first)
     frames.catalog("data")               # the page catalog
     frames.plan("data", 4)               # cycle 4's plan with each page's URL
+    frames.plan("data", name=...)        # an ad hoc plan (frames.adhoc_plans lists them)
     frames.estimates("data")             # change-rate estimates computed now, with URLs
 
     con = frames.open_store("data")      # views history, catalog, history_with_urls
@@ -27,18 +28,18 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from tasks.catalog import CatalogStore
+from tasks.catalog import CatalogStore, require_store
 from tasks.estimation import load_rate_estimates
 from tasks.history import HistoryStore, connect
+from tasks.planning import ADHOC_DIR, plan_path
 
-#: Where ``tasks.planning.plan_cycle`` writes a cycle's plan, under the root.
-PLAN_GLOB = "plans/cycle=*.parquet"
 #: The order rows of the history come in: by cycle, then as they were fetched.
 HISTORY_ORDER = "cycle_id, fetched_at, url_id"
 
 
 class StoreReadError(ValueError):
-    """What was asked of the store is not there (no such root, cycle or plan)."""
+    """What was asked of the store is not there (no such cycle or plan); a root without a
+    store raises ``tasks.catalog.StoreMissingError``."""
 
 
 def open_store(
@@ -50,7 +51,7 @@ def open_store(
     The views read the files published when this is called; open the store again to see
     later commits. With ``con``, the views are created (replaced) on that connection.
     """
-    _existing(root)
+    require_store(root)  # a mistyped root is an error, not an empty store
     con = con if con is not None else connect()
     HistoryStore(root).relation(con).create_view("history")
     CatalogStore(root).relation(con).create_view("catalog")
@@ -72,7 +73,7 @@ def history_with_urls(
 ) -> duckdb.DuckDBPyRelation:
     """The history (of ``cycles``, else all) with the catalog's URLs, as a relation on
     ``con``: unordered, nothing read until it is fetched."""
-    _existing(root)
+    require_store(root)
     rel = HistoryStore(root).relation(con)
     wanted = _cycle_list(cycles)
     if wanted is not None:
@@ -88,29 +89,45 @@ def history(root: str | Path, cycles: int | Iterable[int] | None = None) -> pd.D
 
 def catalog(root: str | Path) -> pd.DataFrame:
     """The page catalog (``models.schemas.CATALOG_SCHEMA``), one row per page, by host."""
-    _existing(root)
+    require_store(root)
     return CatalogStore(root).relation(connect()).order("host, url_id").df()
 
 
 def plan_cycles(root: str | Path) -> list[int]:
-    """The cycles that have a plan under ``root``, oldest first."""
-    found = (p.name.removeprefix("cycle=").removesuffix(".parquet") for p in _plans(root))
-    return sorted(int(c) for c in found if c.isdigit())
+    """The cycles that have their own plan under ``root``, oldest first."""
+    found = (p.name.removeprefix("cycle=") for p in Path(root, "plans").glob("cycle=*.parquet"))
+    return sorted(int(c) for c in (f.removesuffix(".parquet") for f in found) if c.isdigit())
 
 
-def plan(root: str | Path, cycle: int | None = None) -> pd.DataFrame:
-    """Cycle ``cycle``'s plan (default: the newest plan) with each page's ``url`` first,
-    in the plan's order; the other columns are those ``tasks.planning.plan_cycle`` writes."""
-    _existing(root)
-    have = plan_cycles(root)
-    if cycle is None:
-        if not have:
-            raise StoreReadError(f"no plan under {root}: run `recrawl plan --root {root}` first")
-        cycle = have[-1]
-    path = Path(root) / "plans" / f"cycle={int(cycle)}.parquet"
-    if not path.exists():
-        known = f"plans for cycles {_span(have)}" if have else "no plans"
-        raise StoreReadError(f"no plan for cycle {cycle} under {root} ({known})")
+def adhoc_plans(root: str | Path) -> list[str]:
+    """The names of the ad hoc plans under ``root`` (``plan_cycle(..., adhoc_name=...)``)."""
+    return sorted(p.stem for p in Path(root, "plans", ADHOC_DIR).glob("*.parquet"))
+
+
+def plan(root: str | Path, cycle: int | None = None, *, name: str | None = None) -> pd.DataFrame:
+    """A plan with each page's ``url`` first, in the plan's order; the other columns are
+    those ``tasks.planning.plan_cycle`` writes.
+
+    Cycle ``cycle``'s own plan (default: the newest cycle's), or with ``name`` the ad hoc
+    plan of that name (``adhoc_plans`` lists them; ``PlanResult.path.stem`` is one).
+    """
+    require_store(root)
+    if name is not None:
+        path = plan_path(root, cycle or 0, name)
+        if not path.exists():
+            have = adhoc_plans(root)
+            known = f"ad hoc plans: {', '.join(have)}" if have else "no ad hoc plans"
+            raise StoreReadError(f"no ad hoc plan {name!r} under {root} ({known})")
+    else:
+        have = plan_cycles(root)
+        if cycle is None and not have:
+            adhoc = "; ad hoc plans are read by name (frames.adhoc_plans)"
+            raise StoreReadError(f"no cycle's plan under {root}{adhoc}")
+        cycle = have[-1] if cycle is None else cycle
+        path = plan_path(root, cycle)
+        if not path.exists():
+            known = f"plans for cycles {_span(have)}" if have else "no plans"
+            raise StoreReadError(f"no plan for cycle {cycle} under {root} ({known})")
     con = connect()
     rows = con.read_parquet(str(path), file_row_number=True)
     return (
@@ -125,24 +142,13 @@ def estimates(root: str | Path, **options: Any) -> pd.DataFrame:
     """Every page's change-rate estimate computed now from the history (as
     ``tasks.estimation.load_rate_estimates``, whose keyword ``options`` it takes), with
     the page's ``url`` first, highest rate first."""
-    _existing(root)
+    require_store(root)
     frame = load_rate_estimates(root, **options)
     con = connect()
     return with_urls(con, con.from_df(frame), root).order("rate DESC, url_id").df()
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _existing(root: str | Path) -> Path:
-    path = Path(root)
-    if not path.is_dir():
-        raise StoreReadError(f"no store at {root}: the folder does not exist")
-    return path
-
-
-def _plans(root: str | Path) -> list[Path]:
-    return sorted(Path(root).glob(PLAN_GLOB))
 
 
 def _cycle_list(cycles: int | Iterable[int] | None) -> list[int] | None:
@@ -166,7 +172,7 @@ def _span(cycles: list[int]) -> str:
 def show_history(root: str | Path, cycle: int | None = None, limit: int = 20) -> str:
     """``recrawl history show``: the first ``limit`` rows of ``cycle`` (default: the
     newest) as text, by fetch time: url, outcome, changed, fetched_at."""
-    _existing(root)
+    require_store(root)
     have = HistoryStore(root).cycles()
     if not have:
         raise StoreReadError(f"no history under {root}: no cycle has been committed")

@@ -9,7 +9,7 @@ import pytest
 from flows.cli import main
 from models.urls import url_id
 from tasks import frames
-from tasks.catalog import CatalogStore
+from tasks.catalog import CatalogStore, StoreMissingError
 from tasks.estimation import load_rate_estimates
 from tasks.history import HistoryStore
 from tasks.planning import plan_cycle
@@ -85,8 +85,15 @@ def test_the_view_a_user_queries(store):
 def test_catalog_plan_and_estimates_in_one_call(store):
     assert sorted(frames.catalog(store)["url"]) == sorted(URLS)
 
-    with pytest.raises(frames.StoreReadError, match="no plan under"):
+    with pytest.raises(frames.StoreReadError, match="no cycle's plan under"):
         frames.plan(store)
+    adhoc = plan_cycle(store, 3, budget=3, host_capacity=10, adhoc_name="look-ahead")
+    assert frames.adhoc_plans(store) == ["look-ahead"]
+    ahead = frames.plan(store, name="look-ahead")
+    assert ahead["url_id"].tolist() == pd.read_parquet(adhoc.path)["url_id"].tolist()
+    assert ahead["url"].notna().all()
+    with pytest.raises(frames.StoreReadError, match=r"no ad hoc plan 'x' .*: look-ahead\)"):
+        frames.plan(store, name="x")
     result = plan_cycle(store, 3, budget=4, host_capacity=10)
     on_disk = pd.read_parquet(result.path)
     planned = frames.plan(store)  # the newest plan
@@ -109,10 +116,11 @@ def test_catalog_plan_and_estimates_in_one_call(store):
     assert isinstance(est["host"].dtype, pd.CategoricalDtype)
 
 
-def test_a_missing_root_is_one_clear_error(tmp_path):
-    for read in (frames.history, frames.catalog, frames.plan, frames.estimates):
-        with pytest.raises(frames.StoreReadError, match=r"no store at .*does not exist"):
-            read(tmp_path / "nope")
+def test_a_root_without_a_store_is_one_clear_error(tmp_path):
+    for read in (frames.history, frames.catalog, frames.plan, frames.estimates, frames.open_store):
+        for root in (tmp_path / "nope", tmp_path):  # missing, and empty
+            with pytest.raises(StoreMissingError, match="no store at"):
+                read(root)
 
 
 def test_history_show_prints_url_outcome_changed_fetched_at(store, capsys):
@@ -149,8 +157,11 @@ def test_history_show_refuses_bad_input_in_one_line(store, capsys, argv, message
 def test_history_show_without_a_history(tmp_path, capsys):
     assert main(["history", "show", "--root", str(tmp_path / "none")]) == 2
     assert "no store at" in capsys.readouterr().err
+    CatalogStore(tmp_path).upsert(pd.DataFrame({"url": URLS, "host": "a.test"}))
     assert main(["history", "show", "--root", str(tmp_path)]) == 2
-    assert "no cycle has been committed" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"recrawl history: no history under {tmp_path}: no cycle has been committed\n"
+    )
 
 
 def test_plan_keeps_the_plans_order_when_the_join_runs_in_parallel(tmp_path):
@@ -158,10 +169,11 @@ def test_plan_keeps_the_plans_order_when_the_join_runs_in_parallel(tmp_path):
     output comes in no fixed order: the frame must still be in the file's order."""
     n = 300_000  # six row groups of 50,000: a parallel scan on any machine of 2+ cores
     ids = np.random.default_rng(0).permutation(n).astype(np.int64)
+    CatalogStore(tmp_path).upsert(pd.DataFrame({"url": URLS, "host": "a.test"}))
     (tmp_path / "plans").mkdir()
     pd.DataFrame({"url_id": ids, "host": "a.test", "score": np.arange(n, dtype=float)}).to_parquet(
         tmp_path / "plans" / "cycle=0.parquet", row_group_size=50_000
     )
     planned = frames.plan(tmp_path, 0)
     np.testing.assert_array_equal(planned["url_id"].to_numpy(), ids)
-    assert planned["url"].isna().all()  # no catalog: no URLs, but every row
+    assert planned["url"].isna().all()  # pages the catalog does not know: every row kept
