@@ -18,7 +18,10 @@ Three estimators:
   smoothing toward the page's group: Gamma priors with one shape shared by all groups and
   a mean per group, fitted by marginal likelihood (``models/rate_prior.py``), and the
   posterior mode in log-rate. Every page gets a finite estimate and an uncertainty; pages
-  with no history get their group's prior.
+  with no history get their group's prior. Where a prior cannot be fitted (the fit fails,
+  or its estimates are not finite or leave the clamp) a weaker one stands in
+  (``FALLBACKS``: mixture -> empirical -> the fixed weak prior); the result names the
+  prior used and why (``RateEstimates.prior_used`` / ``prior_fallback``), and it is logged.
 
 The per-page data the likelihood needs is held in :class:`IntervalStats`. The changed
 intervals enter the likelihood only through ``sum_changed t / (exp(rate t) - 1)``; they
@@ -31,14 +34,18 @@ otherwise (see ``tests/models/test_change_rate.py`` for the measured error).
 
 from __future__ import annotations
 
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal
+from dataclasses import replace
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from models.prior_names import PRIOR_NAMES, PriorName
 from models.rate_data import (
+    WEAK_PRIOR_RATE,
+    WEAK_PRIOR_SHAPE,
     EstimationInputError,
     GammaPrior,
     IntervalStats,
@@ -47,18 +54,24 @@ from models.rate_data import (
     _as_float,
     _check_counts,
     _check_positive,
+    group_codes,
     select_pages,
+    weak_prior,
 )
 from models.rate_prior import fit_group_priors
 from models.rate_solver import CHUNK_PAGES, solve_posterior_mode
 
 __all__ = [
+    "FALLBACKS",
     "MAX_RATE",
     "MIN_RATE",
+    "PRIOR_NAMES",
     "EstimationInputError",
     "GammaPrior",
     "IntervalStats",
     "PageMoments",
+    "PriorChoice",
+    "PriorName",
     "RateEstimates",
     "estimate_from_moments",
     "estimate_from_stats",
@@ -70,6 +83,8 @@ __all__ = [
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+
+_log = logging.getLogger(__name__)
 
 #: Default clamp on estimated rates, changes/day (Kolobov et al., NeurIPS 2019).
 MIN_RATE = 0.0005
@@ -109,7 +124,7 @@ def improved_rate(n: ArrayLike, changes: ArrayLike, interval: ArrayLike = 1.0) -
 # --------------------------------------------------------------------------- data types
 
 
-PriorChoice = Literal["mixture", "empirical", "none"] | GammaPrior
+PriorChoice = PriorName | GammaPrior
 
 
 # --------------------------------------------------------------------------- estimation
@@ -163,7 +178,7 @@ def estimate_from_stats(
     max_rate: float = MAX_RATE,
 ) -> RateEstimates:
     """Estimate rates from node-form per-page statistics (``groups`` per page)."""
-    return _estimate(stats, groups, prior, (min_rate, max_rate))
+    return _estimate_with_fallback(stats, groups, prior, (min_rate, max_rate))
 
 
 def estimate_from_moments(
@@ -180,52 +195,130 @@ def estimate_from_moments(
     memory stays bounded and the work runs on every core. ``prior="mixture"`` is the
     robust group prior of ``models/mixture_prior.py`` (what the planner uses).
     """
-    if isinstance(prior, str) and prior == "mixture":
-        from models.mixture_prior import estimate_with_mixture_prior  # it builds on this module
-
-        if (min_rate, max_rate) != (MIN_RATE, MAX_RATE):
-            raise EstimationInputError("the mixture prior clamps to MIN_RATE..MAX_RATE")
-        codes = None if groups is None else np.asarray(groups)
-        return estimate_with_mixture_prior(moments, codes)[0]
-    return _estimate(moments, groups, prior, (min_rate, max_rate))
+    return _estimate_with_fallback(moments, groups, prior, (min_rate, max_rate))
 
 
-def _resolve_prior(
-    prior: PriorChoice,
-    pages: IntervalStats | PageMoments,
-    groups: ArrayLike | None,
-    size: int,
-) -> GammaPrior | None:
-    if isinstance(prior, GammaPrior):
-        shape, rate_param = prior.per_page(size)
-        if not ((shape > 0).all() and (rate_param > 0).all()):
-            raise EstimationInputError("a GammaPrior needs positive shape and rate")
-        return prior
-    if prior == "empirical":
-        return fit_group_priors(pages, groups)
-    if prior == "none":
-        return None
-    if prior == "mixture":
-        raise EstimationInputError(
-            "the mixture prior needs per-page moment sums: use estimate_from_moments"
-        )
-    raise EstimationInputError(
-        f"unknown prior {prior!r}: use 'mixture', 'empirical', 'none' or a GammaPrior"
-    )
+#: Per prior asked for, the priors tried in turn: where one cannot be fitted (its fit
+#: raises, or gives estimates that are not finite or leave the clamp), the next, weaker one.
+#: The fixed weak prior always can be: its shape and rate are positive constants.
+FALLBACKS: dict[str, tuple[str, ...]] = {
+    "mixture": ("mixture", "empirical", "weak"),
+    "empirical": ("empirical", "weak"),
+    "none": ("none", "weak"),
+}
+assert tuple(FALLBACKS) == PRIOR_NAMES
 
 
-def _estimate(
+def _estimate_with_fallback(
     pages: IntervalStats | PageMoments,
     groups: ArrayLike | None,
     prior: PriorChoice,
     clamp: tuple[float, float],
 ) -> RateEstimates:
-    """Solve and summarize pages in chunks of ``CHUNK_PAGES``, on a thread per core."""
-    size = pages.size
-    gamma = _resolve_prior(prior, pages, groups, size)
+    """Estimates under ``prior``, or the first weaker prior of ``FALLBACKS`` that fits.
+
+    Malformed input (groups of the wrong shape, bad clamps, an unknown or non-positive
+    prior) raises ``EstimationInputError`` before any fit; a fit that fails is logged once
+    and named in the result (``prior_used``, ``prior_fallback``).
+    """
     min_rate, max_rate = clamp
     if not 0 < min_rate < max_rate:
         raise EstimationInputError("need 0 < min_rate < max_rate")
+    if isinstance(prior, GammaPrior):
+        return _estimate(pages, _checked_gamma(prior, pages.size), clamp)
+    if not isinstance(prior, str) or prior not in FALLBACKS:
+        raise EstimationInputError(
+            f"unknown prior {prior!r}: use 'mixture', 'empirical', 'none' or a GammaPrior"
+        )
+    if prior == "mixture":
+        if not isinstance(pages, PageMoments):
+            raise EstimationInputError(
+                "the mixture prior needs per-page moment sums: use estimate_from_moments"
+            )
+        if clamp != (MIN_RATE, MAX_RATE):
+            raise EstimationInputError("the mixture prior clamps to MIN_RATE..MAX_RATE")
+    codes = group_codes(groups, pages.size)
+    failures: list[str] = []
+    for choice in FALLBACKS[prior]:
+        try:
+            est = _estimate_under(choice, pages, codes, clamp)
+        except (ArithmeticError, ValueError, np.linalg.LinAlgError) as exc:
+            failures.append(f"{choice} prior could not be fitted ({exc})")
+            continue
+        problem = _implausible(est, rate_cap(pages.ages()[0], max_rate), min_rate)
+        if problem:
+            failures.append(f"{choice} prior could not be fitted ({problem})")
+            continue
+        if failures:
+            _log.warning("estimated under the %s prior: %s", choice, "; ".join(failures))
+        return replace(est, prior_used=choice, prior_fallback="; ".join(failures))
+    # the weak prior's estimates are always plausible: reaching here is a defect
+    raise AssertionError("; ".join(failures))
+
+
+def _estimate_under(
+    choice: str,
+    pages: IntervalStats | PageMoments,
+    codes: IntArray,
+    clamp: tuple[float, float],
+) -> RateEstimates:
+    n_groups = int(codes.max()) + 1 if codes.shape[0] else 0
+    if choice == "mixture":
+        from models.mixture_prior import estimate_with_mixture_prior  # it builds on this module
+
+        assert isinstance(pages, PageMoments)
+        return estimate_with_mixture_prior(pages, codes)[0]
+    if choice == "empirical":
+        return _estimate(pages, _checked_gamma(fit_group_priors(pages, codes), pages.size), clamp)
+    if choice == "none":
+        return _estimate(pages, None, clamp)
+    return _estimate(pages, weak_prior(codes, n_groups), clamp)
+
+
+def _checked_gamma(prior: GammaPrior, size: int) -> GammaPrior:
+    shape, rate_param = prior.per_page(size)
+    if not ((shape > 0).all() and (rate_param > 0).all()):
+        raise EstimationInputError("a GammaPrior needs positive shape and rate")
+    if not (np.isfinite(shape).all() and np.isfinite(rate_param).all()):
+        raise EstimationInputError("a GammaPrior needs finite shape and rate")
+    return prior
+
+
+def _implausible(est: RateEstimates, cap: FloatArray, min_rate: float = MIN_RATE) -> str:
+    """What is wrong with ``est`` as a result ("" if nothing): every rate finite and within
+    ``min_rate``..``cap`` (per page), log standard errors finite and non-negative, the 90%
+    interval finite with ``0 <= low <= high``."""
+    checks = (
+        (np.isfinite(est.rate) & (est.rate >= min_rate) & (est.rate <= cap), "rates"),
+        (np.isfinite(est.log_std) & (est.log_std >= 0), "standard errors"),
+        (
+            np.isfinite(est.rate_low)
+            & np.isfinite(est.rate_high)
+            & (est.rate_low >= 0)
+            & (est.rate_low <= est.rate_high),
+            "intervals",
+        ),
+    )
+    bad = [
+        f"{int((~ok).sum())} {what} not finite or out of range"
+        for ok, what in checks
+        if not ok.all()
+    ]
+    return ", ".join(bad)
+
+
+def _estimate(
+    pages: IntervalStats | PageMoments,
+    gamma: GammaPrior | None,
+    clamp: tuple[float, float],
+) -> RateEstimates:
+    """Solve and summarize pages in chunks of ``CHUNK_PAGES``, on a thread per core.
+
+    ``gamma`` is the pages' prior; None is plain (smoothed) maximum likelihood, where a
+    page with no observation at all gets the weak prior's (``models.rate_data.weak_prior``).
+    """
+    size = pages.size
+    min_rate, max_rate = clamp
     out = {name: np.empty(size) for name in ("rate", "log_std", "low", "high", "prior")}
 
     def run(lo: int) -> None:
@@ -234,30 +327,40 @@ def _estimate(
         if gamma is None:
             rate, curvature = _smoothed_mle(stats)
             prior_rate = np.full(hi - lo, np.nan)
+            # Nothing observed: the weak prior, whose log-rate posterior has curvature
+            # equal to its shape (the quiet branch below gives its quantiles).
+            blank = (stats.n_intervals == 0) & (stats.ages()[1] == 0)
+            shape = np.where(blank, WEAK_PRIOR_SHAPE, 0.0)
+            rate_param = np.where(blank, WEAK_PRIOR_RATE, 0.0)
+            rate[blank] = prior_rate[blank] = WEAK_PRIOR_SHAPE / WEAK_PRIOR_RATE
+            curvature[blank] = WEAK_PRIOR_SHAPE
+            quiet = np.flatnonzero(blank)
         else:
             chunk_prior = gamma.page_range(lo, hi, size)
             shape, rate_param = chunk_prior.per_page(hi - lo)
             rate, curvature = _posterior_mode(stats, shape, rate_param)
             prior_rate = shape / rate_param
+            quiet = np.flatnonzero(stats.n_changed == 0)
         cap = rate_cap(stats.ages()[0], max_rate)
         rate = np.minimum(np.maximum(rate, min_rate), cap)
         log_std = 1.0 / np.sqrt(curvature)
-        spread = np.exp(_Z90 * log_std)
+        with np.errstate(over="ignore"):  # an infinite spread: the end is then clipped
+            spread = np.exp(_Z90 * log_std)
         low, high = rate / spread, rate * spread
-        if gamma is not None:
-            # Without an observed change the likelihood exp(-rate U) is conjugate: the
-            # posterior is exactly Gamma(a, b + U), whose quantiles replace the Laplace
-            # interval (which cannot reach toward zero, where such a posterior has its mass).
-            aged_count, aged_days = stats.ages()
-            quiet = np.flatnonzero(stats.n_changed == 0)
-            quiet_prior = GammaPrior(shape[quiet] + aged_count[quiet], rate_param[quiet])
-            days = stats.unchanged_days[quiet] + aged_days[quiet]
-            low[quiet] = quiet_prior.quantile(0.05, days)
-            high[quiet] = quiet_prior.quantile(0.95, days)
+        # Without an observed change the likelihood exp(-rate U) is conjugate: the
+        # posterior is exactly Gamma(a, b + U), whose quantiles replace the Laplace
+        # interval (which cannot reach toward zero, where such a posterior has its mass).
+        aged_count, aged_days = stats.ages()
+        quiet_prior = GammaPrior(shape[quiet] + aged_count[quiet], rate_param[quiet])
+        days = stats.unchanged_days[quiet] + aged_days[quiet]
+        low[quiet] = quiet_prior.quantile(0.05, days)
+        high[quiet] = quiet_prior.quantile(0.95, days)
         out["rate"][lo:hi] = rate
         out["log_std"][lo:hi] = log_std
         out["low"][lo:hi] = np.minimum(low, cap)
-        out["high"][lo:hi] = np.maximum(high, min_rate)
+        # no rate above the cap is reported, so neither is an interval's end (an
+        # uninformative likelihood would put it at infinity)
+        out["high"][lo:hi] = np.clip(high, min_rate, cap)
         out["prior"][lo:hi] = prior_rate
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:

@@ -413,7 +413,10 @@ def _group_levels(
         informed |= aged > 0
     likelihood = np.exp(loglik - loglik.max(axis=1, keepdims=True))
     prior = level_prior
-    for _ in range(20):
+    # With no informed group (a first cycle whose every page dates its last change beyond
+    # the first-age horizon leaves exposure only) the distribution has nothing to learn
+    # from and keeps its start: an average over no group would be NaN.
+    for _ in range(20 if informed.any() else 0):
         post = likelihood * prior
         post /= post.sum(axis=1, keepdims=True)
         prior = (1 - _FLOOR) * post[informed].mean(axis=0) + _FLOOR / _GRID.shape[0]

@@ -385,6 +385,11 @@ class RateEstimates:
     logarithm (Laplace approximation), ``rate_low``/``rate_high`` a 90% interval (for
     pages that never changed under a prior, the exact Gamma posterior's quantiles);
     ``prior_rate`` the group prior's mean the page was smoothed toward (NaN without one).
+
+    ``prior_used`` names the prior the estimates come from (``"mixture"``, ``"empirical"``,
+    ``"none"``, ``"weak"``: the fixed :func:`weak_prior`, or ``"given"``: a
+    :class:`GammaPrior` the caller passed); ``prior_fallback`` says why a stronger prior
+    asked for was not used ("" when it was).
     """
 
     page_ids: IntArray
@@ -396,6 +401,28 @@ class RateEstimates:
     n_changed: IntArray
     observed_days: FloatArray
     prior_rate: FloatArray
+    prior_used: str = "given"
+    prior_fallback: str = ""
+
+    def prior_description(self) -> str:
+        """One line naming the prior used, and why if it is not the one asked for."""
+        if not self.prior_fallback:
+            return f"prior: {self.prior_used}"
+        return f"prior: {self.prior_used} (fallback: {self.prior_fallback})"
+
+
+#: The fixed weak prior, Gamma(0.5, 15): vague, centred on one change a month. What pages
+#: get when no prior can be fitted (no observed page, or a fit that failed), and the pages
+#: without any observation under ``prior="none"``.
+WEAK_PRIOR_SHAPE = 0.5
+WEAK_PRIOR_RATE = 15.0
+
+
+def weak_prior(codes: IntArray, n_groups: int) -> GammaPrior:
+    """:data:`WEAK_PRIOR_SHAPE` / :data:`WEAK_PRIOR_RATE` for each of ``n_groups`` groups."""
+    return GammaPrior(
+        np.full(n_groups, WEAK_PRIOR_SHAPE), np.full(n_groups, WEAK_PRIOR_RATE), codes
+    )
 
 
 def group_codes(groups: ArrayLike | None, size: int) -> IntArray:

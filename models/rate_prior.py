@@ -17,7 +17,14 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import optimize, special
 
-from models.rate_data import GammaPrior, IntervalStats, PageMoments, group_codes, select_pages
+from models.rate_data import (
+    GammaPrior,
+    IntervalStats,
+    PageMoments,
+    group_codes,
+    select_pages,
+    weak_prior,
+)
 from models.rate_solver import bincount
 
 FloatArray = NDArray[np.float64]
@@ -46,14 +53,14 @@ def fit_group_priors(
        ``sample_per_group`` of its pages (``max_group_sample`` in all), shrunk toward the
        overall mean by ``pseudo_pages`` pages, so a group of three pages barely moves.
 
-    With no observed page at all the prior is vague and centred on one change a month.
+    With no observed page at all the prior is ``models.rate_data.weak_prior``.
     """
     p = stats.size
     codes = group_codes(groups, p)
     n_groups = int(codes.max()) + 1 if p else 0
     observed = np.flatnonzero(stats.n_intervals > 0)
     if observed.shape[0] == 0:
-        return GammaPrior(np.full(n_groups, 0.5), np.full(n_groups, 15.0), codes)
+        return weak_prior(codes, n_groups)
     rng = np.random.default_rng(seed)
 
     sample = observed
