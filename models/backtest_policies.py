@@ -10,8 +10,8 @@ put every page's first visit in their first pass).
 * :class:`PlannerPolicy` - this project's planner, glued as ``tasks/planning.plan_cycle``
   glues it, in memory: estimate rates from the policy's own observations -> ``allocate``
   (budget after the reserved slices, per-host capacities, at most one visit per cycle) ->
-  ``select_batch`` (due pages by priority, discovery / re-estimation / verification slices,
-  leftover spent ahead of schedule).
+  ``select_batch`` (discovery / re-estimation / verification slices, due and never-fetched
+  pages by priority, leftover spent ahead of schedule).
 * :class:`UniformPolicy` - every page at the same frequency, spending the budget.
 * :class:`ProportionalPolicy` - frequencies proportional to estimated rates (capped at one
   visit a day, the rest of the budget water-filled over the other pages).
