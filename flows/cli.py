@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from flows.local_prefect import apply_prefect_defaults
+from models.cost import COST_MODELS
+from models.prior_names import PRIOR_NAMES
 from tasks.memory import keep_freed_memory
 
 #: The commands that run Prefect flows: their Prefect defaults (flows.local_prefect) are
 #: set before Prefect is imported.
 STARTS_PREFECT = frozenset({"demo", "run"})
+PRIOR_HELP = (
+    "the rate estimator's prior: mixture (group or odd page, the default), empirical "
+    "(a Gamma per group) or none (maximum likelihood); where it cannot be fitted a weaker "
+    "one stands in, and the output says so"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,12 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     est = sub.add_parser("estimate", help="per-page change-rate estimates from a history")
     est.add_argument("--root", type=Path, default=Path("data"))
     est.add_argument("--out", type=Path, help="write the estimates to this Parquet file")
-    est.add_argument("--prior", choices=["mixture", "empirical", "none"], default="mixture")
+    est.add_argument("--prior", choices=PRIOR_NAMES, default="mixture", help=PRIOR_HELP)
 
     plan = sub.add_parser("plan", help="estimate -> allocate -> select this cycle's batch")
     plan.add_argument("--root", type=Path, default=Path("data"))
-    plan.add_argument("--cycle", type=int, required=True, help="the cycle id to plan")
+    plan.add_argument("--cycle", type=int, help="the cycle id to plan (default: the next one)")
     plan.add_argument("--budget", type=float, required=True, help="the cycle's budget, cost units")
+    plan.add_argument(
+        "--name",
+        help="ad hoc plan name (default: the cycle and the time); written to plans/adhoc/",
+    )
     plan.add_argument(
         "--host-capacity", type=float, default=500.0, help="visits per host per cycle"
     )
@@ -59,6 +72,21 @@ def main(argv: list[str] | None = None) -> int:
         help="how a visit is priced: scraping-API credits per delivered response, proxy "
         "bandwidth (bytes incl. headers, failures too), or the catalog's cost hints",
     )
+    plan.add_argument("--prior", choices=PRIOR_NAMES, default="mixture", help=PRIOR_HELP)
+
+    run = sub.add_parser(
+        "run", help="one cycle of the daily recrawl on your root: plan, fetch, commit, report"
+    )
+    run.add_argument("--root", type=Path, default=Path("data"))
+    run.add_argument("--budget", type=float, required=True, help="the cycle's budget, cost units")
+    run.add_argument("--cycle", type=int, help="the cycle id (default: the next one)")
+    run.add_argument("--host-capacity", type=float, default=500.0, help="visits per host per cycle")
+    run.add_argument("--cost-model", choices=sorted(COST_MODELS), default="credits")
+    run.add_argument("--seed", type=int, help="verification sample seed (default: the cycle id)")
+    run.add_argument("--window", type=float, help="seconds of fetching before the rest is shed")
+    run.add_argument("--replace", action="store_true", help="redo a committed cycle")
+    add_fetch_arguments(run)
+    run.add_argument("--verbose", action="store_true", help="show Prefect's run logs")
 
     cat = sub.add_parser("catalog", help="add pages to the catalog from a CSV or Parquet file")
     cat.add_argument("action", choices=["import"])
@@ -69,19 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     fetch.add_argument("urls", nargs="*", help="URLs to fetch")
     fetch.add_argument("--urls", dest="url_file", type=Path, help="file with one URL per line")
     fetch.add_argument("--out", type=Path, required=True, help="Parquet file for the rows")
-    fetch.add_argument("--mode", choices=["direct", "api", "proxy"], help="(RECRAWL_MODE)")
-    fetch.add_argument("--api-url", help="scraping API endpoint (RECRAWL_API_URL)")
-    fetch.add_argument("--proxy-url", help="forward proxy (RECRAWL_PROXY_URL)")
-    fetch.add_argument("--concurrency", type=int, help="requests in flight (RECRAWL_CONCURRENCY)")
     fetch.add_argument("--window", type=float, help="seconds before the rest is shed")
     fetch.add_argument("--cycle", type=int, default=0, help="cycle id written in the rows")
-    fetch.add_argument(
-        "--allow-network",
-        action="append",
-        metavar="CIDR",
-        help="reach this network although loopback/private/reserved, e.g. 127.0.0.0/8 for "
-        "the sandbox; repeatable (RECRAWL_ALLOWED_NETWORKS, comma-separated)",
-    )
+    add_fetch_arguments(fetch)
 
     disc = sub.add_parser("discover", help="add new URLs to the catalog from seeds or sitemaps")
     disc.add_argument("--root", type=Path, default=Path("data"))
@@ -119,12 +137,60 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     keep_freed_memory()
     if args.command in STARTS_PREFECT:
-        apply_prefect_defaults(quiet=not getattr(args, "verbose", False))
+        apply_prefect_defaults(
+            quiet=not getattr(args, "verbose", False), keep_events=args.command != "demo"
+        )
     try:
         return _COMMANDS[args.command](args)
     except (ValueError, RuntimeError) as exc:
         print(f"recrawl {args.command}: {exc}", file=sys.stderr)
         return 2
+
+
+def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
+    """The fetch settings a command may override (``tasks.fetch_settings.FetchSettings``)."""
+    parser.add_argument("--mode", choices=["direct", "api", "proxy"], help="(RECRAWL_MODE)")
+    parser.add_argument("--api-url", help="scraping API endpoint (RECRAWL_API_URL)")
+    parser.add_argument("--proxy-url", help="forward proxy (RECRAWL_PROXY_URL)")
+    parser.add_argument("--concurrency", type=int, help="requests in flight (RECRAWL_CONCURRENCY)")
+    parser.add_argument(
+        "--allow-network",
+        action="append",
+        metavar="CIDR",
+        help="reach this network although loopback/private/reserved, e.g. 127.0.0.0/8 for "
+        "the sandbox; repeatable (RECRAWL_ALLOWED_NETWORKS, comma-separated)",
+    )
+
+
+def fetch_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The fetch settings given on the command line, checked (bad ones: ``ValueError``)."""
+    from pydantic import ValidationError
+
+    from tasks.fetch_settings import FetchSettings
+
+    overrides = {
+        "mode": args.mode,
+        "api_url": args.api_url,
+        "proxy_url": args.proxy_url,
+        "concurrency": args.concurrency,
+        "allowed_networks": args.allow_network,
+    }
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        FetchSettings(**given)
+    except ValidationError as exc:
+        raise ValueError(f"bad fetch settings: {exc.errors()[0]['msg']}") from None
+    return given
+
+
+def check_cycle_and_budget(args: argparse.Namespace) -> None:
+    """``--cycle`` and ``--budget`` as given, or one line saying what is wrong with them."""
+    if args.cycle is not None and args.cycle < 0:
+        raise ValueError(f"--cycle must be >= 0, got {args.cycle}")
+    if not math.isfinite(args.budget) or args.budget < 0:
+        raise ValueError(f"--budget must be a finite number >= 0, got {args.budget:g}")
+    if not math.isfinite(args.host_capacity) or args.host_capacity <= 0:
+        raise ValueError(f"--host-capacity must be a finite number > 0, got {args.host_capacity:g}")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -162,32 +228,84 @@ def _synthetic(args: argparse.Namespace) -> int:
 
 
 def _estimate(args: argparse.Namespace) -> int:
+    from tasks.catalog import require_store
     from tasks.estimation import load_rate_estimates
 
+    require_store(args.root)
     frame = load_rate_estimates(args.root, prior=args.prior)
     if args.out:
         frame.to_parquet(args.out, index=False)
         print(f"wrote {len(frame)} estimates to {args.out}")
     else:
         print(frame["rate"].describe().to_string())
+    print(frame.attrs["prior_description"])
     return 0
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from tasks.planning import plan_cycle
+    from flows.plan import next_cycle_id
+    from tasks.catalog import require_store
+    from tasks.planning import adhoc_plan_name, plan_cycle
 
+    check_cycle_and_budget(args)
+    require_store(args.root)
+    cycle = next_cycle_id(args.root) if args.cycle is None else args.cycle
     result = plan_cycle(
         args.root,
-        args.cycle,
+        cycle,
         args.budget,
         host_capacity=args.host_capacity,
         seed=args.seed,
         cost_model=args.cost_model,
+        adhoc_name=args.name or adhoc_plan_name(cycle),
+        prior=args.prior,
     )
-    print(f"plan written to {result.path} (cost model: {result.cost_model})")
+    print(f"plan of cycle {cycle} written to {result.path} (cost model: {result.cost_model})")
+    print(result.prior)
     for key, value in result.summary.items():
         print(f"  {key:<28} {value:,.3f}")
     return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from flows.local_prefect import start_local_prefect
+    from tasks.catalog import require_store
+
+    check_cycle_and_budget(args)
+    if args.window is not None and not args.window > 0:
+        raise ValueError(f"--window must be > 0 seconds, got {args.window:g}")
+    require_store(args.root, catalog=True)
+    fetch = fetch_overrides(args)
+    start_local_prefect()
+    from flows.recrawl import recrawl_flow
+
+    summary = recrawl_flow(
+        root=str(args.root),
+        budget=args.budget,
+        cycle=args.cycle,
+        host_capacity=args.host_capacity,
+        cost_model=args.cost_model,
+        fetch=fetch or None,
+        window_s=args.window,
+        replace=args.replace,
+        seed=args.seed,
+    )
+    print("\n".join(run_summary_lines(summary)))
+    return 0
+
+
+def run_summary_lines(summary: dict[str, Any]) -> list[str]:
+    """What ``recrawl run`` prints of the cycle: counts, cost, and where the report is."""
+    if summary.get("status") != "committed":
+        return [f"cycle {summary['cycle']}: {summary['status']} (--replace redoes it)"]
+    failed = summary["failed_batches"]
+    return [
+        f"cycle {summary['cycle']} committed: {summary['rows']} rows, "
+        f"{summary['observations']} observations, {summary['changes_found']} changes found, "
+        f"cost {summary['cost']:,.2f}, {summary['batches']} host batches"
+        + (f" ({len(failed)} failed)" if failed else ""),
+        f"report: {summary['report']}",
+    ]
 
 
 def _catalog(args: argparse.Namespace) -> int:
@@ -205,10 +323,8 @@ def _catalog(args: argparse.Namespace) -> int:
 def _fetch(args: argparse.Namespace) -> int:
     import logging
 
-    import pyarrow.parquet as pq
-    from pydantic import ValidationError
-
     from tasks.fetch import fetch_batch_sync
+    from tasks.fetch_rows import with_urls, write_rows_file
     from tasks.fetch_settings import FetchSettings
 
     urls = list(args.urls)
@@ -219,20 +335,14 @@ def _fetch(args: argparse.Namespace) -> int:
         urls += [u.strip() for u in lines if u.strip() and not u.lstrip().startswith("#")]
     if not urls:
         raise ValueError("no URLs given (pass them as arguments or with --urls FILE)")
-    overrides = {
-        "mode": args.mode,
-        "api_url": args.api_url,
-        "proxy_url": args.proxy_url,
-        "concurrency": args.concurrency,
-        "allowed_networks": args.allow_network,
-    }
-    try:
-        settings = FetchSettings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValidationError as exc:
-        raise ValueError(f"bad fetch settings: {exc.errors()[0]['msg']}") from None
+    if not args.out.parent.is_dir():  # before any request: the rows must have somewhere to go
+        raise ValueError(f"--out: no such folder {args.out.parent}")
+    if args.cycle < 0:
+        raise ValueError(f"--cycle must be >= 0, got {args.cycle}")
+    settings = FetchSettings(**fetch_overrides(args))
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     result = fetch_batch_sync(urls, settings=settings, cycle_id=args.cycle, window_s=args.window)
-    pq.write_table(result.rows, args.out)
+    write_rows_file(with_urls(result.rows, urls), args.out)
     frame = result.rows.select(["outcome", "reason"]).to_pandas()
     table = frame.groupby("outcome", dropna=False).agg(
         urls=("outcome", "size"), example_reason=("reason", "first")
@@ -274,8 +384,10 @@ def _discover(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
+    from tasks.catalog import require_store
     from tasks.history import HistoryStore
 
+    require_store(args.root)
     store = HistoryStore(args.root)
     if args.action == "cycles":
         for cycle_id, entry in sorted(
@@ -322,6 +434,7 @@ _COMMANDS = {
     "synthetic": _synthetic,
     "estimate": _estimate,
     "plan": _plan,
+    "run": _run,
     "catalog": _catalog,
     "history": _history,
     "discover": _discover,

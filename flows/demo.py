@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from flows.backtest import run_sandbox_cycles, score_run
-from flows.local_prefect import start_local_prefect
+from flows.local_prefect import local_server_cpu_s, start_local_prefect
 from flows.progress import PhaseTimes, ProgressLine
 
 
@@ -36,6 +36,7 @@ class DemoResult:
     detected_changes: int  # what the planner's own record hashes said changed
     elapsed_s: float  # the whole demo, Prefect's start included
     phases: PhaseTimes = field(default_factory=PhaseTimes)
+    prefect_server_cpu_s: float | None = None  # the local server's process, if we started it
 
 
 def run_demo(
@@ -85,6 +86,7 @@ def run_demo(
         detected_changes=detected,
         elapsed_s=time.monotonic() - started,
         phases=phases,
+        prefect_server_cpu_s=local_server_cpu_s(),
     )
 
 
@@ -118,4 +120,6 @@ def format_result(result: DemoResult) -> str:
         "where the time went (CPU: this process; Prefect's server runs in its own):",
         result.phases.table(),
     ]
+    if result.prefect_server_cpu_s is not None:
+        lines.append(f"Prefect's local server process: {result.prefect_server_cpu_s:.1f} s CPU")
     return "\n".join(lines)

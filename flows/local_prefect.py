@@ -6,8 +6,9 @@ One home for what every process of ours that starts Prefect needs (``recrawl dem
 - ``apply_prefect_defaults()``, called before Prefect is imported (Prefect reads its
   settings from the environment once, at import): analytics off and ``DO_NOT_TRACK`` (only
   loopback may be contacted), Prefect's run logs at WARNING for quiet commands, and a start
-  timeout for the local (ephemeral) server far above Prefect's 20 s. Each is a
-  ``setdefault``: a value the user set wins.
+  timeout for the local (ephemeral) server far above Prefect's 20 s, and for a run nobody
+  inspects in Prefect's UI afterwards (the demo) no event store. Each is a ``setdefault``:
+  a value the user set wins.
 - ``start_local_prefect()``: with no ``PREFECT_API_URL``, start Prefect's temporary local
   server now, rather than inside the first flow call, so that its first start on a new
   ``PREFECT_HOME`` (creating and migrating the SQLite database: about a minute on a busy
@@ -31,23 +32,34 @@ STARTUP_TIMEOUT_SETTING = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 STARTUP_TIMEOUT_S = 600
 #: Only loopback may be contacted: no usage statistics from Prefect's server or SDK.
 PRIVACY_DEFAULTS = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+#: The local server's event store and the automations that read it. Each host's slot
+#: acquisition is an event naming every host limit of the batch as a related resource,
+#: so a 40-host demo cycle wrote ~6,500 event_resources rows: the SQLite inserts were half
+#: of the demo's CPU (py-spy), for events the demo never reads. Flow and task runs are
+#: still recorded (the task run recorder is another service).
+NO_EVENT_STORE = {
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
+    "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
+}
 
 
 class PrefectStartError(RuntimeError):
     """Prefect's local server did not start; the message names the setting to raise."""
 
 
-def prefect_defaults(*, quiet: bool = True) -> dict[str, str]:
+def prefect_defaults(*, quiet: bool = True, keep_events: bool = True) -> dict[str, str]:
     """The environment defaults for a process of ours that starts Prefect."""
     defaults = {**PRIVACY_DEFAULTS, STARTUP_TIMEOUT_SETTING: str(STARTUP_TIMEOUT_S)}
     if quiet:  # Prefect's run logs would bury a command's own output
         defaults["PREFECT_LOGGING_LEVEL"] = "WARNING"
+    if not keep_events:
+        defaults.update(NO_EVENT_STORE)
     return defaults
 
 
-def apply_prefect_defaults(*, quiet: bool = True) -> None:
+def apply_prefect_defaults(*, quiet: bool = True, keep_events: bool = True) -> None:
     """``os.environ.setdefault`` each of ``prefect_defaults``; call before importing Prefect."""
-    for name, value in prefect_defaults(quiet=quiet).items():
+    for name, value in prefect_defaults(quiet=quiet, keep_events=keep_events).items():
         os.environ.setdefault(name, value)
 
 
@@ -111,6 +123,20 @@ def start_local_prefect(*, announce: bool = True) -> float:
             f"or set PREFECT_API_URL to a running Prefect server"
         ) from None
     return time.monotonic() - started
+
+
+def local_server_cpu_s() -> float | None:
+    """CPU seconds used so far by the local server this process started (Linux), or None."""
+    server = sys.modules.get("prefect.server.api.server")
+    instance = server.SubprocessASGIServer._instances.get(None) if server else None
+    popen = getattr(instance, "server_process", None)
+    if popen is None or popen.poll() is not None:
+        return None
+    try:  # fields 14 and 15 after the command's closing parenthesis: utime, stime in ticks
+        fields = Path(f"/proc/{popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _sqlite_path(settings: object) -> Path | None:
