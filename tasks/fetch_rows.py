@@ -8,14 +8,20 @@ so noise such as a served-at timestamp stops looking like a change) and ``defaul
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from models.redaction import redact_url
 from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
+from models.urls import InvalidURLError, normalize, url_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +115,38 @@ def rows_table(rows: list[Row], cycle_id: int) -> pa.Table:
     }
     arrays = [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in HISTORY_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=HISTORY_SCHEMA)
+
+
+def with_urls(rows: pa.Table, urls: list[str]) -> pa.Table:
+    """``rows`` with a ``url`` column first: each row's URL as the caller asked for it,
+    normalized where it normalizes, secrets redacted (``models.redaction.redact_url``).
+
+    The engine's rows name pages by ``url_id`` (of the normalized URL, else of the URL as
+    given), as the history does; a person reading a fetch's output wants the URL.
+    """
+    ids: list[int] = []
+    names: list[str] = []
+    for raw in urls:
+        text = raw.strip()
+        with contextlib.suppress(InvalidURLError):  # the engine keyed it as given
+            text = normalize(text)
+        ids.append(url_id(text))
+        try:
+            names.append(redact_url(text))
+        except ValueError:  # not even splittable: no authority, so no password to hide
+            names.append(text)
+    position = pc.index_in(rows["url_id"], value_set=pa.array(ids, pa.int64()))
+    column = pc.take(pa.array(names, pa.string()), position)
+    return rows.add_column(0, "url", column)
+
+
+def write_rows_file(rows: pa.Table, path: Path) -> None:
+    """Write a fetch's rows to ``path`` (a temporary name, then renamed: a failed write
+    leaves no half file); ``OSError`` becomes a one-line ``ValueError`` naming the file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        pq.write_table(rows, tmp)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ValueError(f"could not write the rows to {path}: {exc.strerror or exc}") from None

@@ -19,10 +19,39 @@ def test_synthetic_runs_and_prints_the_comparison(tmp_path):
     assert listing.stdout.count("cycle ") == 8
 
 
-def test_estimate_on_missing_history_is_empty_not_a_crash(tmp_path):
-    done = run("estimate", "--root", str(tmp_path), "--out", str(tmp_path / "e.parquet"), cwd=None)
-    assert done.returncode == 0, done.stderr
-    assert "wrote 0 estimates" in done.stdout
+def test_a_root_without_a_store_is_named_not_read_as_empty(tmp_path):
+    missing = tmp_path / "typo"
+    for args in (
+        ["estimate", "--out", str(tmp_path / "e.parquet")],
+        ["plan", "--budget", "10"],
+        ["history", "cycles"],
+        ["run", "--budget", "10"],
+    ):
+        done = run(*args, "--root", str(missing), cwd=None)
+        assert done.returncode == 2, (args, done.stderr)
+        assert f"no store at {missing}" in done.stderr and "Traceback" not in done.stderr
+        assert done.stderr.count("\n") == 1
+    assert not missing.exists() and not (tmp_path / "e.parquet").exists()
+
+
+def test_bad_numbers_are_echoed_as_given(tmp_path):
+    root = tmp_path / "d"
+    assert (
+        run(
+            "synthetic", "--root", str(root), "--pages", "300", "--cycles", "2", cwd=None
+        ).returncode
+        == 0
+    )
+    for args, said in (
+        (["--budget", "-1"], "--budget must be a finite number >= 0, got -1"),
+        (["--budget", "nan"], "got nan"),
+        (["--budget", "5", "--cycle", "-1"], "--cycle must be >= 0, got -1"),
+        (["--budget", "5", "--host-capacity", "0"], "--host-capacity must be"),
+    ):
+        for command in ("plan", "run"):
+            done = run(command, "--root", str(root), *args, cwd=None)
+            assert done.returncode == 2 and said in done.stderr, (command, args, done.stderr)
+    assert not (root / "plans").exists()
 
 
 def test_corrupt_history_gives_a_clear_error(tmp_path):
@@ -74,10 +103,11 @@ def test_plan_writes_a_plan_within_budget(tmp_path):
         ).returncode
         == 0
     )
-    done = run("plan", "--root", str(root), "--cycle", "6", "--budget", "300", cwd=None)
+    done = run("plan", "--root", str(root), "--budget", "300", "--name", "try-1", cwd=None)
     assert done.returncode == 0, done.stderr
-    assert "expected_cost_per_change" in done.stdout
-    plan = pd.read_parquet(root / "plans" / "cycle=6.parquet")
+    assert "expected_cost_per_change" in done.stdout and "plan of cycle 6" in done.stdout
+    assert not (root / "plans" / "cycle=6.parquet").exists()  # a cycle's own plan: untouched
+    plan = pd.read_parquet(root / "plans" / "adhoc" / "try-1.parquet")
     assert 0 < plan["cost"].sum() <= 300
     assert set(plan["reason"]) <= {"due", "discovery", "re-estimation", "verification", "ahead"}
     assert plan["url_id"].is_unique
