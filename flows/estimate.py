@@ -1,7 +1,7 @@
 """Prefect flow: estimate every page's change rate from the stored history.
 
 The task body is a thin wrapper over ``tasks.estimation.write_rate_estimates``; only a
-path and a count cross the task boundary.
+path, a count and the prior's one-line description cross the task boundary.
 """
 
 from __future__ import annotations
@@ -9,20 +9,27 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from models.prior_names import PriorName
 from tasks.estimation import write_rate_estimates
 from tasks.memory import keep_freed_memory
 
 
 @task(name="estimate-rates", cache_policy=NO_CACHE)
-def estimate_rates_task(root: str) -> tuple[str, int]:
+def estimate_rates_task(root: str, prior: PriorName = "mixture") -> dict[str, object]:
     keep_freed_memory()
-    path, count = write_rate_estimates(root)
-    return str(path), count
+    path, count, prior_line = write_rate_estimates(root, prior=prior)
+    return {"path": str(path), "pages": count, "prior": prior_line}
 
 
 @flow(name="estimate", log_prints=False)
-def estimate_flow(root: str = "data") -> dict[str, object]:
-    """Write ``<root>/estimates/latest.parquet`` and return where and how many."""
-    path, count = estimate_rates_task(root)
-    get_run_logger().info("estimated change rates for %d pages -> %s", count, path)
-    return {"path": path, "pages": count}
+def estimate_flow(root: str = "data", prior: PriorName = "mixture") -> dict[str, object]:
+    """Write ``<root>/estimates/latest.parquet``; return where, how many, and the prior used
+    (a weaker one where ``prior`` cannot be fitted: ``models.change_rate.FALLBACKS``)."""
+    result = estimate_rates_task(root, prior)
+    get_run_logger().info(
+        "estimated change rates for %d pages -> %s (%s)",
+        result["pages"],
+        result["path"],
+        result["prior"],
+    )
+    return result

@@ -17,8 +17,8 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.run_context import run_logger
-from models.change_rate import PriorName
 from models.planning import Slices
+from models.prior_names import PriorName
 from tasks.history import HistoryStore
 from tasks.memory import keep_freed_memory
 from tasks.planning import adhoc_plan_name, plan_cycle

@@ -50,6 +50,7 @@ from pydantic import ValidationError
 
 from flows.plan import CostModelName, next_cycle_id, plan_cycle_task
 from flows.run_context import in_run, run_logger
+from models.prior_names import PriorName
 from tasks.batch_slots import BATCH_THREADS
 from tasks.cycle import (
     BatchOutcome,
@@ -214,6 +215,7 @@ def report_cycle_task(
     failed_batches: int = 0,
     at: datetime | None = None,
     sandbox: dict[str, Any] | None = None,
+    prior: PriorName = "mixture",
 ) -> dict[str, Any]:
     """Numbers, plots and keyed artifacts of the committed cycle; then drop its work files."""
     from tasks.estimation import load_rate_estimates
@@ -234,10 +236,16 @@ def report_cycle_task(
     )
     pressure = hosts_under_pressure(read_batch_metrics(root, cycle))
     cycles = record_cycle(root, numbers)
-    rates = load_rate_estimates(root)["rate"].to_numpy()
+    estimates = load_rate_estimates(root, prior=prior)
+    rates = estimates["rate"].to_numpy()
     plots = write_plots(root, cycle, cycles, numbers, rates)
     markdown = summary_markdown(
-        numbers, pressure, plots, cost_model, read_near_duplicate_report(root, cycle)
+        numbers,
+        pressure,
+        plots,
+        cost_model,
+        read_near_duplicate_report(root, cycle),
+        prior=str(estimates.attrs["prior_description"]),
     )
     (plots["freshness"].parent / "summary.md").write_text(markdown)
     if in_run():
@@ -285,6 +293,7 @@ def recrawl_flow(
     sandbox: dict[str, Any] | None = None,
     replace: bool = False,
     seed: int | None = None,
+    prior: PriorName = "mixture",
 ) -> dict[str, Any]:
     """One recrawl cycle (see the module docstring).
 
@@ -296,7 +305,8 @@ def recrawl_flow(
     one ``host:<h>`` per host (far fewer slot acquisitions with thousands of hosts; every
     run and machine must use the same value).
     ``seed`` seeds the plan's random verification sample; by default the cycle id, so each
-    cycle verifies other pages.
+    cycle verifies other pages. ``prior`` is the rate estimator's (plan and report; a
+    weaker one stands in where it cannot be fitted, and the report names it).
     """
     keep_freed_memory()
     logger = run_logger()
@@ -338,6 +348,7 @@ def recrawl_flow(
             cycle_id if seed is None else seed,
             at,
             slices,
+            prior=prior,
         )
         plan_path = planned["path"]
         timings["plan"] = (planned["started"], planned["ended"])
@@ -352,7 +363,9 @@ def recrawl_flow(
     outcomes, failed = _fetch_batches(root, cycle_id, specs, fetch, at, cost_model, window_s)
     commit = commit_cycle_task(root, cycle_id, at)
     content = cycle_content_task(root, cycle_id, at)
-    report = report_cycle_task(root, cycle_id, plan_path, cost_model, len(failed), at, sandbox)
+    report = report_cycle_task(
+        root, cycle_id, plan_path, cost_model, len(failed), at, sandbox, prior
+    )
     summary = {
         "cycle": cycle_id,
         "status": "committed",

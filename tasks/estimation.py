@@ -51,10 +51,21 @@ def load_rate_estimates(
     gets the prior learned from the pages its site declares alike; otherwise pages are
     grouped by host. ``prior`` is the planner's mixture prior by default
     (``models/mixture_prior.py``); ``"empirical"`` is one Gamma prior per group.
+
+    Where the prior cannot be fitted a weaker one is used (``models.change_rate.
+    FALLBACKS``); ``frame.attrs`` says which: ``prior`` (asked for), ``prior_used``,
+    ``prior_fallback`` (why, "" if none) and ``prior_description`` (one line for reports).
     """
     inputs = read_estimation_inputs(root, use_catalog=use_catalog)
     estimates = estimate_from_moments(inputs.moments, groups=inputs.group_codes, prior=prior)
-    return estimates_frame(estimates, inputs)
+    frame = estimates_frame(estimates, inputs)
+    frame.attrs.update(
+        prior=prior if isinstance(prior, str) else "given",
+        prior_used=estimates.prior_used,
+        prior_fallback=estimates.prior_fallback,
+        prior_description=estimates.prior_description(),
+    )
+    return frame
 
 
 _STAT_COLUMNS = INTERVAL_COLUMNS
@@ -198,8 +209,9 @@ def estimates_frame(est: RateEstimates, inputs: EstimationInputs) -> pd.DataFram
 
 def write_rate_estimates(
     root: str | Path = "data", *, prior: PriorChoice = "mixture"
-) -> tuple[Path, int]:
-    """Estimate and write ``<root>/estimates/latest.parquet``; return its path and row count.
+) -> tuple[Path, int, str]:
+    """Estimate and write ``<root>/estimates/latest.parquet``; return its path, row count
+    and the line naming the prior used (``frame.attrs["prior_description"]``).
 
     The file is written to a temporary name and renamed, so readers see the old or the
     new estimates, never a partial file.
@@ -210,4 +222,4 @@ def write_rate_estimates(
     tmp = path.with_name(f".{path.name}.tmp")
     frame.to_parquet(tmp, index=False)
     tmp.replace(path)
-    return path, len(frame)
+    return path, len(frame), str(frame.attrs["prior_description"])

@@ -258,6 +258,7 @@ def summary_markdown(
     plots: dict[str, Path],
     cost_model: str,
     near_duplicates: dict[str, Any] | None = None,
+    prior: str = "",
 ) -> str:
     """The cycle's summary as markdown (``summary.md``, beside the plots it links).
 
@@ -265,7 +266,9 @@ def summary_markdown(
     (``embed_plots``).
 
     ``near_duplicates`` is the cycle's near-duplicate report
-    (``tasks.cycle_content.read_near_duplicate_report``), if there is one.
+    (``tasks.cycle_content.read_near_duplicate_report``), if there is one. ``prior`` is
+    the estimator's line (``RateEstimates.prior_description``): the prior the rates came
+    from, and why if a weaker one stood in.
     """
     n = numbers
     realized = (
@@ -290,6 +293,7 @@ def summary_markdown(
         f"| cost per change detected | {cost_per_change_text(n)} |",
         f"| expected freshness (model) | {n.expected_freshness:.3f} |",
         f"| realized freshness (truth) | {realized} |",
+        *([f"| rate estimates | {prior} |"] if prior else []),
         "",
         "## Budget by slice (planned)",
         "",

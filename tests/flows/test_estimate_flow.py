@@ -16,8 +16,9 @@ def history_root(tmp_path):
 
 
 def test_task_body_without_prefect(history_root):
-    path, count = estimate_rates_task.fn(str(history_root))
-    assert count == len(pd.read_parquet(path)) > 0
+    result = estimate_rates_task.fn(str(history_root))
+    assert result["pages"] == len(pd.read_parquet(result["path"])) > 0
+    assert result["prior"] == "prior: mixture"
 
 
 def test_estimate_flow_returns_a_path_and_count(prefect_server, history_root):
