@@ -43,7 +43,14 @@ from datetime import datetime
 import numpy as np
 
 from models.seen import BloomFilter, ExactSeenSet
-from models.urls import InvalidURLError, normalize, url_host, url_id, url_trap_reason
+from models.urls import (
+    MAX_URL_LENGTH,
+    InvalidURLError,
+    normalize,
+    url_host,
+    url_id,
+    url_trap_reason,
+)
 
 SOURCES = ("seed", "sitemap", "link", "canonical")
 #: Share of its value a known near-duplicate keeps when planned (the cluster's kept page
@@ -74,7 +81,7 @@ class NewPage:
 
 @dataclass(frozen=True)
 class TrapLimits:
-    max_length: int = 2048
+    max_length: int = MAX_URL_LENGTH  # the catalog's limit too (one home: models.urls)
     max_depth: int = 16
     max_repeats: int = 3
 

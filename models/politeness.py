@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -165,19 +166,29 @@ def is_retryable(outcome: str, status: int | None) -> bool:
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date), or None."""
+    """Seconds to wait from a Retry-After header, or None when there is none to honour.
+
+    RFC 9110 section 10.2.3: ``delay-seconds`` (ASCII digits only) or an ``HTTP-date``. Any
+    other value (``²`` and other Unicode digits, a sign, a fraction, a date in non-ASCII
+    digits) is ignored as if the header were absent; the 429 or 503 still counts. A date in
+    the past is 0 s; a delay too long for a float is ``inf`` (callers cap it).
+    """
     if value is None:
         return None
-    text = value.strip()
-    if not text:
+    text = value.strip(" \t")
+    if not text or not text.isascii():
         return None
-    if text.isdigit():
+    if _DELAY_SECONDS.fullmatch(text):
         return float(text)
     try:
         when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     reference = now if now is not None else datetime.now(UTC)
     return max(0.0, (when - reference).total_seconds())
+
+
+#: ``delay-seconds = 1*DIGIT`` (RFC 9110 section 10.2.3); ``str.isdigit`` also takes ``²``.
+_DELAY_SECONDS = re.compile(r"[0-9]+")

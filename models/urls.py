@@ -2,10 +2,15 @@
 
 ``normalize`` is what the seen set and ``url_id`` compare: two spellings of one page map to
 one string, so to one id. It applies the RFC's safe normalizations (case of scheme and host,
-percent-encoding, dot segments, default port, empty path) and three crawler rules on top:
-the fragment goes (it never reaches the server), IDN hosts become punycode, and known tracking
-and session parameters (``utm_*``, ``gclid``, ``jsessionid``...) are removed. Other query
-parameters are kept, in order, because they can change the content.
+percent-encoding, dot segments, default port, empty path) and four crawler rules on top:
+the fragment goes (it never reaches the server), userinfo goes (``http://user:pw@host/``:
+RFC 9110 section 4.2.4 forbids sending it, and a password must not reach the store or the
+logs), IDN hosts become punycode, and known tracking and session parameters (``utm_*``,
+``gclid``, ``jsessionid``...) are removed. Other query parameters are kept, in order,
+because they can change the content.
+
+``MAX_URL_LENGTH`` is the one length limit of a page URL: discovery's trap rule and the
+catalog both apply it (``url_length_problem``).
 
 ``resolve`` follows RFC 3986 section 5.2 to the letter (``urllib.parse.urljoin`` does not:
 it keeps ``..`` segments above the root in some Python versions and treats ``http:g``
@@ -25,7 +30,13 @@ from urllib.parse import unquote
 
 import idna
 
+from models.redaction import redact_url
+
 DEFAULT_PORTS = {"http": 80, "https": 443}
+#: Characters a normalized page URL may have: longer ones are refused by the catalog and
+#: dropped as traps by discovery (2,048 is what common browsers, sitemaps.org and search
+#: engines have long accepted; longer URLs are almost always generated loops or garbage).
+MAX_URL_LENGTH = 2048
 
 #: Query parameters removed by ``normalize`` (compared lower-case). They identify a click,
 #: a campaign or a session, never the content.
@@ -67,7 +78,6 @@ _ALNUM = "A-Za-z0-9"
 # Characters a component may hold unencoded (RFC 3986 section 3); anything else is encoded.
 _PATH_CHARS = _ALNUM + r"\-._~" + re.escape(_SUB_DELIMS) + ":@/"
 _QUERY_CHARS = _PATH_CHARS + "?"
-_USERINFO_CHARS = _ALNUM + r"\-._~" + re.escape(_SUB_DELIMS) + ":"
 
 # RFC 3986 appendix B, with the scheme held to its syntax (section 3.1) so that a relative
 # reference such as "1a:b" is not mistaken for one with a scheme.
@@ -89,7 +99,6 @@ def _percent_pattern(allowed: str) -> re.Pattern[str]:
 
 _PATH_FIX = _percent_pattern(_PATH_CHARS)
 _QUERY_FIX = _percent_pattern(_QUERY_CHARS)
-_USERINFO_FIX = _percent_pattern(_USERINFO_CHARS)
 
 
 class InvalidURLError(ValueError):
@@ -203,7 +212,9 @@ def normalize(
     port dropped, percent-escapes upper-case with unreserved characters decoded (reserved ones
     never are), characters that may not appear raw encoded as UTF-8, dot segments removed,
     empty path ``/``, ``;jsessionid=`` path parameters, tracking parameters and empty ``&&``
-    pairs dropped (other parameters keep their order), an empty query and the fragment dropped.
+    pairs dropped (other parameters keep their order), an empty query, the fragment and any
+    userinfo (``user:password@``) dropped. An error names the URL without its userinfo or
+    secret query parameters (``shown_url``).
     ``normalize(normalize(u)) == normalize(u)`` for every URL it accepts.
     """
     text = url.strip(_STRIP)
@@ -212,19 +223,21 @@ def normalize(
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidURLError(f"URL is not valid Unicode text: {url!r}") from None
+        raise InvalidURLError(f"URL is not valid Unicode text: {shown_url(url)!r}") from None
     scheme, authority, path, query, _fragment = split_uri(text)
     if scheme is None:
-        raise InvalidURLError(f"URL is not absolute (no scheme): {url!r}; resolve it first")
+        raise InvalidURLError(
+            f"URL is not absolute (no scheme): {shown_url(url)!r}; resolve it first"
+        )
     scheme = scheme.lower()
     if scheme not in DEFAULT_PORTS:
-        raise InvalidURLError(f"only http and https URLs are crawled, got {url!r}")
+        raise InvalidURLError(f"only http and https URLs are crawled, got {shown_url(url)!r}")
     if not authority:
-        raise InvalidURLError(f"URL has no host: {url!r}")
+        raise InvalidURLError(f"URL has no host: {shown_url(url)!r}")
     try:
         netloc = _normalize_authority(authority, scheme)
     except InvalidURLError as exc:
-        raise InvalidURLError(f"{exc} in {url!r}") from None
+        raise InvalidURLError(f"{exc} in {shown_url(url)!r}") from None
     if "%" in path or _PATH_FIX.search(path) is not None:
         path = _PATH_FIX.sub(_fix_escape, path)
     if ";" in path:
@@ -276,14 +289,37 @@ def _site(normalized_url: str) -> str:
     return host[4:] if host.startswith("www.") else host
 
 
+def shown_url(url: str) -> str:
+    """``url`` as it may be printed (errors, logs, rows): no userinfo, no secret parameters.
+
+    ``models.redaction.redact_url``, and for a string it cannot split (an unclosed IPv6
+    literal...) the same without the userinfo only; never raises.
+    """
+    try:
+        return redact_url(url)
+    except ValueError:
+        parts = split_uri(url)
+        if parts.authority is None or "@" not in parts.authority:
+            return url
+        return recompose(parts._replace(authority=parts.authority.rpartition("@")[2]))
+
+
+def url_length_problem(url: str, max_length: int = MAX_URL_LENGTH) -> str | None:
+    """Why ``url`` (normalized) is too long to be a page, or None."""
+    if len(url) > max_length:
+        return f"URL longer than {max_length} characters ({len(url)})"
+    return None
+
+
 def url_trap_reason(
-    url: str, *, max_length: int = 2048, max_depth: int = 16, max_repeats: int = 3
+    url: str, *, max_length: int = MAX_URL_LENGTH, max_depth: int = 16, max_repeats: int = 3
 ) -> str | None:
     """Why ``url`` looks like a crawler trap, or None: too long, too deep, or a block of path
     segments repeated ``max_repeats`` times in a row (``/a/b/a/b/a/b``, ``/x/x/x``), the
     shape of relative links that lengthen a path without end."""
-    if len(url) > max_length:
-        return f"URL longer than {max_length} characters ({len(url)})"
+    too_long = url_length_problem(url, max_length)
+    if too_long is not None:
+        return too_long
     path = split_uri(url).path
     segments = path.split("/")[1:] if path.startswith("/") else path.split("/")
     if segments and segments[-1] == "":
@@ -303,7 +339,7 @@ def url_trap_reason(
 
 
 def _normalize_authority(authority: str, scheme: str) -> str:
-    userinfo, at, hostport = authority.rpartition("@")
+    hostport = authority.rpartition("@")[2]
     if hostport.startswith("["):
         close = hostport.find("]")
         if close < 0:
@@ -326,10 +362,9 @@ def _normalize_authority(authority: str, scheme: str) -> str:
             raise InvalidURLError(f"port {port} out of range")
         if port != DEFAULT_PORTS[scheme]:
             netloc = f"{netloc}:{port}"
-    if at:
-        if "%" in userinfo or _USERINFO_FIX.search(userinfo) is not None:
-            userinfo = _USERINFO_FIX.sub(_fix_escape, userinfo)
-        netloc = f"{userinfo}@{netloc}"
+    # userinfo (``user:password@``) is dropped: RFC 9110 section 4.2.4 forbids sending it in
+    # an http(s) target URI, it names no other page, and a password kept here would reach
+    # the catalog, the history and every log line that prints the URL.
     return netloc
 
 

@@ -26,7 +26,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -35,7 +35,7 @@ import httpx
 from models.batch_frontier import BatchFrontier, Shed, WorkItem
 from models.host_state import HostState, Signal
 from models.robots_policy import RobotsVerdict
-from models.urls import InvalidURLError, normalize, url_id
+from models.urls import InvalidURLError, normalize, shown_url, url_id
 from models.validators import conditional_headers, judge_validators
 from tasks.fetch_metrics import BatchMetrics, HostPressure
 from tasks.fetch_rows import (
@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["BatchResult", "EngineState", "FetchRequest", "fetch_batch", "fetch_batch_sync"]
 
+#: A Retry-After wait at least this long is logged (the batch would look idle otherwise).
+_LOUD_WAIT_S = 60.0
 #: Seconds between scans of all lanes for shedding (with a window) and for the oldest-item
 #: metric (a scan touches every waiting URL).
 _SHED_INTERVAL_S = 0.2
@@ -169,6 +171,7 @@ class _Batch:
         self.tail_at: float | None = None  # seconds into the batch when its tail began
         self.next_tail = 0.0
         self.host_base: dict[str, tuple[int, int]] = {}  # requests, throttles before the batch
+        self.waits_logged: set[str] = set()  # hosts whose long Retry-After wait was logged
 
     # ------------------------------------------------------------------ setup
 
@@ -296,6 +299,9 @@ class _Batch:
                     frontier.complete(item, self.loop.time(), 0.0, Signal.NOT_SENT)
                 if item.kind == "page":
                     self._finish_unsent(item, "error", f"engine error: {exc!r}")
+                else:  # no rules came: the host's pages would ask for robots.txt forever
+                    for page in frontier.drain_host(item.host):
+                        self._finish_unsent(page, "error", f"engine error on robots.txt: {exc!r}")
             if self.stopped and frontier.waiting:
                 self._drain_stopped()
             idle.wake_one()  # a slot (or a retry) may have become ready for someone else
@@ -440,6 +446,8 @@ class _Batch:
         frontier.complete(
             item, now, attempt.duration_s, _signal(attempt), retry_after_s=attempt.retry_after_s
         )
+        if attempt.retry_after_s is not None and self._long_wait(item, attempt):
+            return
         record = None
         digest: RecordDigest | None = None
         if attempt.outcome == "ok" and attempt.body is not None:
@@ -453,6 +461,48 @@ class _Batch:
         if attempt.retryable and self._retry(item, attempt, now, count_attempt=True):
             return
         self._finish(item, attempt, record=digest)
+
+    def _long_wait(self, item: WorkItem, attempt: Attempt) -> bool:
+        """Act on a long Retry-After from the host; True when the URL's row is written.
+
+        Up to ``retry_after_cap_s`` the host's pause is honoured within the batch, and a
+        wait of a minute or more is logged (once per host and batch) so a batch is never
+        silently idle. A longer one is not waited for (nor cut short, which would send what
+        the host refused): this URL and the host's waiting pages are recorded ``throttled``
+        now, the reason naming when the host will take requests again.
+        """
+        wait = attempt.retry_after_s
+        assert wait is not None
+        cap = self.settings.retry_after_cap_s
+        when = _time_after(self.clock(), wait)
+        if wait <= cap:
+            if wait >= _LOUD_WAIT_S and item.host not in self.waits_logged:
+                self.waits_logged.add(item.host)
+                log.warning(
+                    "%s asks for no request before %s (Retry-After %g s): its pages wait",
+                    item.host,
+                    when,
+                    wait,
+                )
+            return False
+        note = (
+            f"deferred: the host asks for no request before {when}, "
+            f"over the {cap:g} s a batch waits (retry_after_cap_s)"
+        )
+        self._finish(item, attempt, note)
+        deferred = self.frontier.drain_host(item.host)
+        for page in deferred:
+            self._finish_unsent(page, "throttled", note)
+        log.warning(
+            "%s asks for no request before %s (Retry-After %g s, over the %g s cap): "
+            "%d page(s) deferred, not waited for",
+            item.host,
+            when,
+            wait,
+            cap,
+            1 + len(deferred),
+        )
+        return True
 
     def _archive(self, response: httpx.Response, body: bytes, target: str) -> WarcLocation | None:
         """Store one answered exchange (the ``Archiver`` of ``fetch_page``).
@@ -616,7 +666,7 @@ class _Batch:
         self.rows.append(Row(url_id(text), _raw_host(text), wall, outcome, reason=reason))
 
     def _lost(self, index: int) -> Row:
-        log.error("fetch engine recorded no outcome for %s", self.requests[index].url)
+        log.error("fetch engine recorded no outcome for %s", shown_url(self.requests[index].url))
         url = self.requests[index].url
         return Row(url_id(url), _raw_host(url), self.clock(), "error", reason="no outcome (bug)")
 
@@ -691,7 +741,16 @@ def _raw_scheme(url: str) -> str:
 
 
 def _raw_host(url: str) -> str:
+    """The host of a URL that did not normalize, without its userinfo (a password)."""
     try:
-        return urlsplit(url).netloc
+        return urlsplit(url).netloc.rpartition("@")[2]
     except ValueError:
         return ""
+
+
+def _time_after(now: datetime, seconds: float) -> str:
+    """``now + seconds`` in ISO 8601 (a Retry-After of year 9999 or beyond stays printable)."""
+    try:
+        return (now + timedelta(seconds=seconds)).isoformat(timespec="seconds")
+    except (OverflowError, ValueError):
+        return f"{seconds:g} s from {now.isoformat(timespec='seconds')}"

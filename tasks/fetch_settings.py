@@ -81,7 +81,9 @@ class FetchSettings(BaseSettings):
     crawl_delay_cap_s: Annotated[float, Field(ge=0)] = 30.0
     slow_latency_factor: Annotated[float, Field(gt=1)] = 2.0
 
-    # Throttling (429/503/challenge): Retry-After (capped), else a doubling pause.
+    # Throttling (429/503/challenge): Retry-After, else a doubling pause. A Retry-After up to
+    # retry_after_cap_s is waited within the batch (a minute or more is logged); a longer
+    # one is not waited for: the host's pages are recorded throttled, the reason naming when.
     throttle_backoff_s: Annotated[float, Field(ge=0)] = 60.0
     throttle_backoff_cap_s: Annotated[float, Field(ge=0)] = 3600.0
     retry_after_cap_s: Annotated[float, Field(ge=0)] = 3600.0

@@ -4,9 +4,11 @@
 see ``Route``), follows same-host redirects itself, reads the body through the guard rails of
 ``tasks.response_guard`` within one total timeout, and returns an ``Attempt``: the outcome
 for the history row, the reason, and the signals the scheduler routes (a host's throttle or a
-plan limit of the API). It never raises for anything the network or the server does: a
-failed exchange is named by ``tasks.transport_errors`` (``tls_error``, ``bad_response``,
-``truncated``, ``refused_address``, ``timeout``, ``error``).
+plan limit of the API). It never raises for anything the network, the server or the client
+library does: a failed exchange, whatever it raised, is named by ``tasks.transport_errors``
+(``tls_error``, ``bad_response``, ``truncated``, ``refused_address``, ``timeout``,
+``error``; an exception no network library should raise is an ``unexpected`` error, not
+retried).
 
 With an ``Archiver`` (the engine's WARC hook) every exchange that got an answer and whose body
 was read within the limits is handed over as it completes, redirect hops included; the
@@ -16,6 +18,7 @@ location of the last one travels in ``Attempt.warc``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -26,7 +29,7 @@ import httpx
 
 from models.net_policy import ALLOWED_SCHEMES
 from models.politeness import RETRYABLE_STATUS, is_retryable, parse_retry_after
-from models.urls import InvalidURLError, normalize, resolve
+from models.urls import InvalidURLError, normalize, resolve, shown_url
 from tasks.http_client import TRANSPORT_ERRORS
 from tasks.response_guard import (
     BodyLimitError,
@@ -36,10 +39,12 @@ from tasks.response_guard import (
     head_size,
     looks_like_challenge,
 )
-from tasks.transport_errors import BodyInterruptedError, classify_failure
+from tasks.transport_errors import BodyInterruptedError, classify_failure, stray_cancellation
 
 if TYPE_CHECKING:
     from tasks.warc import WarcLocation
+
+log = logging.getLogger(__name__)
 
 #: ``archive(response, body, target)``: store one answered exchange (``target`` is the page,
 #: also when the request went to a scraping API); returns where, or None if not stored.
@@ -261,9 +266,16 @@ async def fetch_page(
         )
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         return _failure("error", f"bad URL: {exc}", wire, started, retryable=False)
-    except TRANSPORT_ERRORS as exc:
-        failure = classify_failure(exc)
-        return _failure(failure.outcome, failure.reason, wire, started, retryable=failure.retryable)
+    except asyncio.CancelledError as exc:
+        if not stray_cancellation():
+            raise  # the batch is being cancelled: not this request's outcome
+        caught: BaseException = exc
+    except Exception as exc:  # any failure of this request is its outcome, never the batch's
+        caught = exc
+    failure = classify_failure(caught)
+    if failure.unexpected:
+        log.warning("request to %s failed: %s", shown_url(url), failure.reason)
+    return _failure(failure.outcome, failure.reason, wire, started, retryable=failure.retryable)
 
 
 def _redirect_target(

@@ -100,8 +100,11 @@ class BoundedDecoder:
             except zlib.error as exc:
                 raise BodyLimitError("error", f"corrupt {self.coding} body: {exc}") from None
             # Count only the raw bytes consumed, so the ratio is exact even when one raw
-            # chunk would inflate far beyond the limit.
-            self.raw += len(pending) - len(decompressor.unconsumed_tail)
+            # chunk would inflate far beyond the limit: what the output limit left over is
+            # in unconsumed_tail, and what follows the end of a gzip member (the next
+            # members of a multi-member body) in unused_data; neither is consumed yet.
+            left = len(decompressor.unconsumed_tail) + len(decompressor.unused_data)
+            self.raw += len(pending) - left
             self._append(out)
             pending = decompressor.unconsumed_tail
             if decompressor.eof:  # concatenated gzip members are legal

@@ -9,6 +9,7 @@ token (``recrawler``), never the full User-Agent header.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,12 +25,11 @@ from models.robots_policy import (
     robots_text,
     verdict_for_status,
 )
-from models.urls import resolve
+from models.urls import InvalidURLError, normalize, resolve, shown_url
 from tasks.http_attempt import REDIRECT_STATUS, BodyLimits, Route, exchange
-from tasks.http_client import TRANSPORT_ERRORS
-from tasks.transport_errors import classify_failure
+from tasks.transport_errors import classify_failure, stray_cancellation
 
-_ROBOTS_ERRORS: tuple[type[BaseException], ...] = (httpx.HTTPError, *TRANSPORT_ERRORS)
+log = logging.getLogger(__name__)
 #: Failures of a host's own robots.txt request that doom every page of it: the pages are
 #: recorded with this outcome (the address is refused, TLS to it fails) rather than denied.
 HOST_FAILURES = frozenset({"refused_address", "tls_error"})
@@ -87,7 +87,13 @@ async def fetch_robots(
     max_redirects: int,
     timeout_s: float,
 ) -> RobotsFetch:
-    """GET /robots.txt of the page's host, following up to ``max_redirects`` redirects."""
+    """GET /robots.txt of the page's host, following up to ``max_redirects`` redirects.
+
+    Never raises for what the request meets: any exception of the transport (a client
+    library's ``ValueError`` included) is a failed fetch (``tasks.transport_errors``), which
+    makes robots.txt unreachable for the cache's error TTL; so a page is never left asking
+    for robots.txt again and again.
+    """
     started = time.monotonic()
     url = robots_url(page_url)
     wire = 0
@@ -104,7 +110,12 @@ async def fetch_robots(
                     return RobotsFetch(None, b"", detail, wire, duration, plan_limit=ex.plan_limit)
                 location = ex.headers.get("location")
                 if ex.status in REDIRECT_STATUS and location:
-                    url = resolve(url, location)
+                    try:  # normalized: a userinfo in the Location is dropped, never sent
+                        url = normalize(resolve(url, location))
+                    except InvalidURLError as exc:
+                        detail = f"redirect to a bad URL: {exc}"
+                        duration = time.monotonic() - started
+                        return RobotsFetch(None, b"", detail, wire, duration, failure="error")
                     continue
                 if ex.failure is not None:
                     detail = ex.failure.reason
@@ -118,14 +129,21 @@ async def fetch_robots(
     except TimeoutError:
         detail = f"timeout after {timeout_s:g} s"
         return RobotsFetch(None, b"", detail, wire, time.monotonic() - started, failure="timeout")
-    except _ROBOTS_ERRORS as exc:
-        failure = classify_failure(exc)
-        duration = time.monotonic() - started
-        outcome, detail = failure.outcome, failure.reason
-        if hop:  # a redirect target failed, not the host itself: robots.txt is unreachable
-            detail = f"redirect to {url}: {detail}"
-            outcome = "error" if outcome in HOST_FAILURES else outcome
-        return RobotsFetch(None, b"", detail, wire, duration, failure=outcome)
+    except asyncio.CancelledError as exc:
+        if not stray_cancellation():
+            raise
+        caught: BaseException = exc
+    except Exception as exc:  # any failure of this request is its outcome, never the batch's
+        caught = exc
+    failure = classify_failure(caught)
+    if failure.unexpected:
+        log.warning("robots.txt request to %s failed: %s", shown_url(url), failure.reason)
+    duration = time.monotonic() - started
+    outcome, detail = failure.outcome, failure.reason
+    if hop:  # a redirect target failed, not the host itself: robots.txt is unreachable
+        detail = f"redirect to {shown_url(url)}: {detail}"
+        outcome = "error" if outcome in HOST_FAILURES else outcome
+    return RobotsFetch(None, b"", detail, wire, duration, failure=outcome)
 
 
 def interpret_robots(

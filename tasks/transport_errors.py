@@ -13,9 +13,15 @@ whole cause chain and names what happened:
   promised Content-Length, chunked framing cut);
 - ``bad_response``: the answer is not valid HTTP/1.1 (status line, header syntax, data after
   a message that said it was complete);
-- ``error``: any other network failure (connection refused, reset before an answer...).
+- ``error``: any other network failure (connection refused, reset before an answer...);
+  also any exception no network library is expected to raise (a ``ValueError`` of a client
+  library that refuses a URL, a ``KeyError`` of a bug, a ``CancelledError`` the transport
+  raised by itself): the reason says ``unexpected`` and names it, and it is not retried
+  (it would fail the same way), so it can never loop.
 
-Only ``timeout``, ``truncated`` and ``error`` are worth another attempt.
+Only ``timeout``, ``truncated`` and network ``error`` are worth another attempt.
+A caller of the transport catches every ``Exception`` and routes it here, and a
+``CancelledError`` too unless its own task is being cancelled (``stray_cancellation``).
 """
 
 from __future__ import annotations
@@ -44,11 +50,35 @@ class BodyInterruptedError(httpx.ReadError):
         self.received = received
 
 
+#: What a network, a server or an HTTP client library may raise for a failed exchange; any
+#: other exception is ``unexpected`` (never retried).
+NETWORK_ERRORS: tuple[type[BaseException], ...] = (
+    httpx.HTTPError,
+    httpcore.TimeoutException,
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    httpcore.ProxyError,
+    httpcore.UnsupportedProtocol,
+    aiohttp.ClientError,
+    HttpProcessingError,
+    OSError,  # ConnectionError, ssl.SSLError, socket.gaierror, TimeoutError
+    AddressRefusedError,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
     outcome: str
     reason: str
     retryable: bool
+    unexpected: bool = False  # not a network failure: a client library's refusal or a bug
+
+
+def stray_cancellation() -> bool:
+    """True when a ``CancelledError`` just caught is the transport's own, not a request to
+    cancel the running task (then it is the request's outcome; otherwise re-raise it)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() == 0
 
 
 def classify_failure(exc: BaseException) -> Failure:
@@ -70,6 +100,8 @@ def classify_failure(exc: BaseException) -> Failure:
             if "without sending a response" in str(link):
                 break  # the server closed an idle connection: a network error
             return Failure("bad_response", f"not valid HTTP: {_text(link)}", False)
+    if not any(isinstance(link, NETWORK_ERRORS) for link in chain):
+        return Failure("error", f"unexpected {_text(exc)}", False, unexpected=True)
     return Failure("error", _text(chain[-1] if _is_wrapper(chain[0]) else chain[0]), True)
 
 

@@ -123,7 +123,7 @@ def test_seed_example() -> None:
         ("http://b%C3%BCcher.example/", "http://xn--bcher-kva.example/"),
         ("http://例え.テスト/", "http://xn--r8jz45g.xn--zckzah/"),
         ("http://[2001:DB8:0:0::1]:80/", "http://[2001:db8::1]/"),
-        ("http://User:P%40ss@Example.com/", "http://User:P%40ss@example.com/"),
+        ("http://User:P%40ss@Example.com/", "http://example.com/"),  # userinfo dropped
         ("  http://example.com/a\n\tb  ", "http://example.com/ab"),
         ("http://example.com/a/../../b/./c/", "http://example.com/b/c/"),
         ("http://example.com/a\\b", "http://example.com/a%5Cb"),  # RFC, not WHATWG: \ encoded
