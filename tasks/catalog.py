@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from models.schemas import CATALOG_REQUIRED, CATALOG_SCHEMA
-from models.urls import InvalidURLError, normalize, url_host, url_id
+from models.urls import InvalidURLError, normalize, url_host, url_id, url_length_problem
 from tasks.history import HistoryCorruptError, _write_parquet, connect
 
 DEFAULTS = {"value": 1.0, "cost": 1.0, "source": "seed"}
@@ -211,9 +211,13 @@ def prepare_catalog_rows(rows: pa.Table | pd.DataFrame) -> pa.Table:
     urls = []
     for i, raw in enumerate(frame["url"].tolist()):
         try:
-            urls.append(normalize(str(raw)))
+            url = normalize(str(raw))
         except InvalidURLError as exc:
             raise CatalogInputError(f"row {i}: {exc}") from None
+        too_long = url_length_problem(url)  # discovery's limit (models.urls.MAX_URL_LENGTH)
+        if too_long is not None:
+            raise CatalogInputError(f"row {i}: {too_long}: {url[:80]}...")
+        urls.append(url)
     frame["url"] = urls
     frame["url_id"] = [url_id(u) for u in urls]
     # One host key per server, as discovery and the fetch engine name it: the normalized
@@ -252,12 +256,29 @@ def prepare_catalog_rows(rows: pa.Table | pd.DataFrame) -> pa.Table:
     return table
 
 
+#: Bounds of a page's ``value`` and ``cost`` (inclusive): the planner ranks by value x days
+#: / cost and sums costs over millions of pages, which stays finite and exact enough within
+#: them (1e308 overflowed to inf and NaN and planned 0 pages).
+VALUE_COST_BOUNDS = (1e-6, 1e6)
+
+
 def check_value_and_cost(table: pa.Table) -> None:
-    """Raise :class:`CatalogInputError` unless every ``value`` and ``cost`` is finite and > 0."""
+    """Raise :class:`CatalogInputError` unless every ``value`` and ``cost`` is finite and
+    within ``VALUE_COST_BOUNDS``; the error names the first page out of bounds."""
+    low, high = VALUE_COST_BOUNDS
     for name in ("value", "cost"):
         if name not in table.column_names:
             continue
         column = table[name]
-        ok = pc.and_(pc.greater(column, 0), pc.is_finite(column))
-        if not pc.all(pc.fill_null(ok, False)).as_py():
-            raise CatalogInputError(f"catalog column {name!r} must be positive and finite")
+        ok = pc.and_(pc.greater_equal(column, low), pc.less_equal(column, high))
+        ok = pc.fill_null(pc.and_(ok, pc.is_finite(column)), False)
+        if not pc.all(ok).as_py():
+            first = pc.index(ok, False).as_py()
+            page = next(
+                (table[k][first].as_py() for k in ("url", "url_id") if k in table.column_names),
+                first,
+            )
+            raise CatalogInputError(
+                f"catalog column {name!r} must be positive and finite, between {low:g} and "
+                f"{high:g}: {column[first].as_py()!r} for {page}"
+            )
