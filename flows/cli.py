@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--cycle", type=int, help="the cycle id (default: the next one)")
     run.add_argument("--host-capacity", type=float, default=500.0, help="visits per host per cycle")
     run.add_argument("--cost-model", choices=sorted(COST_MODELS), default="credits")
+    run.add_argument("--prior", choices=PRIOR_NAMES, default="mixture", help=PRIOR_HELP)
     run.add_argument("--seed", type=int, help="verification sample seed (default: the cycle id)")
     run.add_argument("--window", type=float, help="seconds of fetching before the rest is shed")
     run.add_argument("--replace", action="store_true", help="redo a committed cycle")
@@ -285,6 +286,7 @@ def _run(args: argparse.Namespace) -> int:
         cycle=args.cycle,
         host_capacity=args.host_capacity,
         cost_model=args.cost_model,
+        prior=args.prior,
         fetch=fetch or None,
         window_s=args.window,
         replace=args.replace,
