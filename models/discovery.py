@@ -47,6 +47,7 @@ from models.urls import (
     MAX_URL_LENGTH,
     InvalidURLError,
     normalize,
+    shown_url,
     url_host,
     url_id,
     url_trap_reason,
@@ -159,7 +160,7 @@ def screen_candidates(
         try:
             url = normalize(cand.url)
         except InvalidURLError as exc:
-            rejected.add("bad_url", f"{cand.url!r}: {exc}")
+            rejected.add("bad_url", f"{shown_url(cand.url)!r}: {exc}")  # no password
             continue
         pages.append(NewPage(url, url_id(url), url_host(url), cand))
     ids = np.fromiter((p.url_id for p in pages), dtype=np.int64, count=len(pages))

@@ -257,3 +257,24 @@ def test_the_raw_bytes_of_a_multi_member_body_are_counted_exactly(chunk):
     _feed(decoder, body, chunk)
     assert decoder.raw == len(body)
     assert decoder.body() == b"".join(gzip.decompress(m) for m in members)
+
+
+def test_discovered_urls_with_userinfo_are_the_plain_page_and_never_show_the_password():
+    from models.discovery import Candidate, screen_candidates
+    from models.links import links_from_html
+    from models.seen import ExactSeenSet
+
+    html = f'<a href="http://u:{PASSWORD}@b.test/x">x</a><a href="/y">y</a>'.encode()
+    links = links_from_html(f"http://u:{PASSWORD}@a.test/page", html, "text/html")
+    found = screen_candidates(
+        [
+            Candidate(f"http://u:{PASSWORD}@a.test/sitemap-loc", "sitemap"),
+            *(Candidate(link, "link") for link in links),
+            Candidate(f"http://u:{PASSWORD}@a.test:99999/bad", "sitemap"),
+        ],
+        known=ExactSeenSet.of([]),
+    )
+    urls = sorted(page.url for page in found.new)
+    assert urls == ["http://a.test/sitemap-loc", "http://a.test/y", "http://b.test/x"]
+    assert found.rejected.counts["bad_url"] == 1
+    assert PASSWORD not in repr(found.rejected.examples)
