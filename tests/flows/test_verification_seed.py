@@ -1,0 +1,28 @@
+"""The daily run's random verification sample is another one each cycle (seeded by its id)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pandas as pd
+
+from flows.recrawl import recrawl_flow
+from tasks.planning import plan_path
+from tests.flows.conftest import BOOTSTRAP, FAST_FETCH, START, import_catalog
+
+VERIFY = {"discovery": 0.0, "reestimation": 0.0, "verification": 0.5}
+
+
+def test_each_cycle_verifies_other_pages(prefect_server, sandbox_web, tmp_path):
+    root = str(tmp_path)
+    urls = import_catalog(root, sandbox_web)
+    recrawl_flow(root=root, budget=len(urls), at=START, fetch=FAST_FETCH, slices=BOOTSTRAP)
+    samples = []
+    for cycle in (1, 2):
+        day = START + timedelta(days=cycle)
+        sandbox_web.clock.set(day)
+        recrawl_flow(root=root, budget=10, at=day, fetch=FAST_FETCH, slices=VERIFY)  # no seed
+        plan = pd.read_parquet(plan_path(root, cycle))
+        samples.append(set(plan.loc[plan["reason"] == "verification", "url_id"]))
+    assert len(samples[0]) == len(samples[1]) == 5
+    assert samples[0] != samples[1]
