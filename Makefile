@@ -17,7 +17,8 @@ NO_AVX2 := X86_V3 $(NO_AVX512)
 NUMERICS := tests/models
 PYTEST_TIMES := --durations=20
 
-.PHONY: setup demo test lint types pytest numerics numerics-v3 numerics-v2 reliability bench clean
+.PHONY: setup demo test lint types pytest pytest-waiting pytest-rest pytest-models numerics \
+	numerics-v3 numerics-v2 reliability bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,10 +31,12 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/recrawl demo
 
-# The checks first; then the suite and the numerics passes side by side (two cores), each
-# target's output kept together.
-test: lint types
-	@$(MAKE) --no-print-directory -j2 --output-sync=target pytest numerics
+# The formatter and linter first; then mypy, the suite in three parts and the numerics
+# passes side by side, each target's output kept together: the subprocess- and
+# server-bound tests (faults, crashes, load) mostly wait, so they share the two cores
+# with the CPU-bound ones.
+test: lint
+	@$(MAKE) --no-print-directory -j3 --output-sync=target types pytest numerics
 
 lint: $(STAMP)
 	@$(TIMED) { $(BIN)/ruff format --check . && $(BIN)/ruff check .; }
@@ -41,8 +44,18 @@ lint: $(STAMP)
 types: $(STAMP)
 	@$(TIMED) $(BIN)/mypy models sandbox
 
-pytest: $(STAMP)
-	@$(TIMED) $(BIN)/pytest $(PYTEST_TIMES)
+# The whole suite (pyproject's addopts leave out the long reliability runs), in three parts.
+WAITING := tests/reliability tests/cycle
+pytest: pytest-waiting pytest-rest pytest-models
+
+pytest-waiting: $(STAMP)
+	@$(TIMED) $(BIN)/pytest $(WAITING) $(PYTEST_TIMES)
+
+pytest-rest: $(STAMP)
+	@$(TIMED) $(BIN)/pytest $(foreach d,$(WAITING) $(NUMERICS),--ignore=$(d)) $(PYTEST_TIMES)
+
+pytest-models: $(STAMP)
+	@$(TIMED) $(BIN)/pytest $(NUMERICS) $(PYTEST_TIMES)
 
 # The numerical tests again under each capped dispatch (pytest ran them at the CPU's own
 # level). A cap above what this CPU has is the CPU's own level: that pass is skipped.
