@@ -441,7 +441,7 @@ class _Batch:
             self.plan_throttles += 1
             frontier.complete(item, now, attempt.duration_s, Signal.NOT_SENT, plan_throttled=True)
             if self.stopped or not self._retry(item, attempt, now, count_attempt=False):
-                self._finish(item, attempt)
+                self._finish(item, attempt, self._deferral(attempt))
             return
         frontier.complete(
             item, now, attempt.duration_s, _signal(attempt), retry_after_s=attempt.retry_after_s
@@ -475,7 +475,8 @@ class _Batch:
         assert wait is not None
         cap = self.settings.retry_after_cap_s
         when = _time_after(self.clock(), wait)
-        if wait <= cap:
+        note = self._deferral(attempt)
+        if note is None:
             if wait >= _LOUD_WAIT_S and item.host not in self.waits_logged:
                 self.waits_logged.add(item.host)
                 log.warning(
@@ -485,10 +486,6 @@ class _Batch:
                     wait,
                 )
             return False
-        note = (
-            f"deferred: the host asks for no request before {when}, "
-            f"over the {cap:g} s a batch waits (retry_after_cap_s)"
-        )
         self._finish(item, attempt, note)
         deferred = self.frontier.drain_host(item.host)
         for page in deferred:
@@ -503,6 +500,18 @@ class _Batch:
             1 + len(deferred),
         )
         return True
+
+    def _deferral(self, attempt: Attempt) -> str | None:
+        """The row's note when the attempt's Retry-After is longer than a batch waits."""
+        wait = attempt.retry_after_s
+        cap = self.settings.retry_after_cap_s
+        if wait is None or wait <= cap:
+            return None
+        who = "the scraping API" if attempt.plan_limit else "the host"
+        return (
+            f"deferred: {who} asks for no request before {_time_after(self.clock(), wait)}, "
+            f"over the {cap:g} s a batch waits (retry_after_cap_s)"
+        )
 
     def _archive(self, response: httpx.Response, body: bytes, target: str) -> WarcLocation | None:
         """Store one answered exchange (the ``Archiver`` of ``fetch_page``).
@@ -561,7 +570,10 @@ class _Batch:
             return False
         delay = self.retry_policy.delay(attempts, self.rng)
         if attempt.retry_after_s is not None:
-            delay = max(delay, min(attempt.retry_after_s, self.settings.retry_after_cap_s))
+            if attempt.retry_after_s > self.settings.retry_after_cap_s:
+                self.retries_refused += 1  # not waited for, nor cut short (see _long_wait)
+                return False
+            delay = max(delay, attempt.retry_after_s)
         deadline = self.frontier.deadline
         if deadline is not None and now + delay >= deadline:
             self.retries_refused += 1

@@ -306,3 +306,38 @@ def test_a_retry_after_within_the_cap_is_waited_and_retried(loopback_only):
     row = row_of(result, url)
     assert row["outcome"] == "ok" and row["retries"] == 1, row["reason"]
     assert recorder.paths("/page") == 2
+
+
+def test_a_far_future_retry_after_of_the_scraping_api_is_not_waited_for_either(monkeypatch):
+    """The API's own 429 (X-Plan-Limit) with Retry-After in 9999: no retry an hour later."""
+    calls: list[str] = []
+
+    class PlanLimited(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            target = request.url.params["url"]
+            calls.append(target)
+            if target.endswith("/robots.txt"):
+                return httpx.Response(404, stream=httpx.ByteStream(b""))
+            headers = {
+                "x-plan-limit": "concurrency",
+                "retry-after": "Fri, 31 Dec 9999 23:59:59 GMT",
+            }
+            return httpx.Response(429, headers=headers, stream=httpx.ByteStream(b""))
+
+    settings = hostile_settings(mode="api", api_url="http://api.test")
+    monkeypatch.setattr(
+        tasks.fetch, "make_client", lambda _: httpx.AsyncClient(transport=PlanLimited())
+    )
+    box: dict[str, object] = {}
+    url = "http://a.test/page"
+    thread = threading.Thread(
+        target=lambda: box.update(result=asyncio.run(fetch_batch([url], settings=settings))),
+        daemon=True,
+    )
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the batch waited for the API's Retry-After"
+    (row,) = box["result"].rows.to_pylist()  # type: ignore[union-attr]
+    assert row["outcome"] == "throttled", row["reason"]
+    assert "deferred: the scraping API asks for no request before 9999-12-31" in row["reason"]
+    assert calls.count(url) == 1
