@@ -33,10 +33,10 @@ demo: $(STAMP)
 
 # The formatter and linter first; then mypy, the suite in three parts and the numerics
 # passes side by side, each target's output kept together: the subprocess- and
-# server-bound tests (faults, crashes, load) mostly wait, so they share the two cores
-# with the CPU-bound ones.
+# server-bound tests (faults, crashes, load, flows) mostly wait, so they share the two cores
+# with the CPU-bound ones; -k: every part runs and reports even when one fails.
 test: lint
-	@$(MAKE) --no-print-directory -j3 --output-sync=target types pytest numerics
+	@$(MAKE) --no-print-directory -k -j3 --output-sync=target types pytest numerics
 
 lint: $(STAMP)
 	@$(TIMED) { $(BIN)/ruff format --check . && $(BIN)/ruff check .; }
@@ -45,7 +45,7 @@ types: $(STAMP)
 	@$(TIMED) $(BIN)/mypy models sandbox
 
 # The whole suite (pyproject's addopts leave out the long reliability runs), in three parts.
-WAITING := tests/reliability tests/cycle
+WAITING := tests/reliability tests/cycle tests/flows
 pytest: pytest-waiting pytest-rest pytest-models
 
 pytest-waiting: $(STAMP)
