@@ -1,6 +1,7 @@
 """The example catalog names pages that the README's sandbox command really serves."""
 
 import argparse
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pandas as pd
@@ -26,7 +27,7 @@ def test_every_example_url_is_a_page_of_the_readmes_sandbox(tmp_path):
     }
     urls = pd.read_csv(EXAMPLE)["url"].tolist()
     assert urls and set(urls) <= served
-    assert " ".join(SANDBOX_ARGS) in open("README.md").read()
+    assert " ".join(SANDBOX_ARGS) in Path("README.md").read_text()
     CatalogStore(tmp_path).upsert(pd.read_csv(EXAMPLE))
     hosts = set(CatalogStore(tmp_path).read()["host"].to_pylist())
     assert hosts == {urlsplit(u).netloc for u in urls}
