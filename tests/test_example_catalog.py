@@ -10,7 +10,8 @@ from sandbox.cli import add_serve_arguments, web_from_args
 from sandbox.server import host_address
 from tasks.catalog import CatalogStore
 
-EXAMPLE = "data/examples/catalog.csv"
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "data" / "examples" / "catalog.csv"
 #: As README.md says: `recrawl sandbox --hosts 3 --pages-per-host 4 --port 8081`
 SANDBOX_ARGS = ["--hosts", "3", "--pages-per-host", "4", "--port", "8081"]
 
@@ -27,7 +28,7 @@ def test_every_example_url_is_a_page_of_the_readmes_sandbox(tmp_path):
     }
     urls = pd.read_csv(EXAMPLE)["url"].tolist()
     assert urls and set(urls) <= served
-    assert " ".join(SANDBOX_ARGS) in Path("README.md").read_text()
+    assert " ".join(SANDBOX_ARGS) in (REPO / "README.md").read_text()
     CatalogStore(tmp_path).upsert(pd.read_csv(EXAMPLE))
     hosts = set(CatalogStore(tmp_path).read()["host"].to_pylist())
     assert hosts == {urlsplit(u).netloc for u in urls}
