@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from models.schemas import CATALOG_REQUIRED, CATALOG_SCHEMA
 from models.urls import InvalidURLError, normalize, url_host, url_id, url_length_problem
-from tasks.history import HistoryCorruptError, _write_parquet, connect
+from tasks.history import HistoryCorruptError, _write_parquet, connect, verify_sidecar
 
 DEFAULTS = {"value": 1.0, "cost": 1.0, "source": "seed"}
 #: Nullable columns a caller may leave out (sitemap signals of discovered pages; what the
@@ -62,6 +62,7 @@ class CatalogStore:
     def read(self) -> pa.Table:
         if not self.path.exists():
             return CATALOG_SCHEMA.empty_table()
+        self.verify()
         try:
             return pq.read_table(self.path, schema=CATALOG_SCHEMA)
         except (pa.ArrowException, OSError) as exc:
@@ -71,6 +72,7 @@ class CatalogStore:
         """The catalog as a DuckDB relation (empty if there is none)."""
         if not self.path.exists():
             return con.from_arrow(CATALOG_SCHEMA.empty_table())
+        self.verify()
         try:
             rel = con.read_parquet(str(self.path))
             missing = [f for f in CATALOG_SCHEMA if f.name not in rel.columns]
@@ -81,6 +83,16 @@ class CatalogStore:
         # A catalog written before a nullable column existed reads it as NULL.
         nulls = ", ".join(f"NULL::{_DUCKDB_TYPES[f.type]} AS {f.name}" for f in missing)
         return rel.project(f"*, {nulls}")
+
+    def verify(self) -> None:
+        """Raise HistoryCorruptError naming the catalog if it differs from the digest kept
+        beside it when it was written (``tasks.history.verify_sidecar``; a catalog written
+        before digests is not checked, and gets one at its next write)."""
+        remedy = (
+            "restore it (and its digest file) from a backup, or remove both and import the "
+            "catalog again"
+        )
+        verify_sidecar(self.path, "catalog file", remedy)
 
     def upsert(self, rows: pa.Table | pd.DataFrame) -> int:
         """Add or update pages by normalized URL; returns the catalog's new size.
@@ -106,7 +118,7 @@ class CatalogStore:
                ORDER BY host, url_id"""
         ).to_arrow_table()
         merged = merged.select(CATALOG_SCHEMA.names).cast(CATALOG_SCHEMA)
-        _write_parquet(merged, self.path)
+        _write_parquet(merged, self.path, sidecar=True)
         return merged.num_rows
 
     def update_sitemap_signals(self, signals: pa.Table) -> int:
@@ -150,7 +162,9 @@ class CatalogStore:
                FROM old o LEFT JOIN (SELECT DISTINCT ON (url_id) * FROM sig) s USING (url_id)
                ORDER BY host, url_id"""
         ).to_arrow_table()
-        _write_parquet(merged.select(CATALOG_SCHEMA.names).cast(CATALOG_SCHEMA), self.path)
+        _write_parquet(
+            merged.select(CATALOG_SCHEMA.names).cast(CATALOG_SCHEMA), self.path, sidecar=True
+        )
         return updated
 
     def update_pages(self, updates: pa.Table) -> int:
@@ -194,7 +208,7 @@ class CatalogStore:
             old = old.set_column(old.schema.get_field_index(name), name, after)
         count = int(pc.sum(changed).as_py() or 0)
         if count:
-            _write_parquet(old.cast(CATALOG_SCHEMA), self.path)
+            _write_parquet(old.cast(CATALOG_SCHEMA), self.path, sidecar=True)
         return count
 
 

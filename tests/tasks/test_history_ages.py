@@ -26,6 +26,7 @@ from models.schemas import LM_EVIDENCE_COLUMNS, PAGE_STATS_FILE_SCHEMA, PAGE_STA
 from tasks.catalog import CatalogStore
 from tasks.estimation import read_estimation_inputs
 from tasks.history import HistoryStore
+from tests.tasks.legacy_store import strip_digests
 from tests.tasks.lm_scan_reference import reference_inputs, scan_ages
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
@@ -272,7 +273,8 @@ def test_an_observation_out_of_order_recomputes_the_sums(tmp_path, tiny_batches)
 
 def legacy(root: Path) -> None:
     """Make the published statistics look written before the age sums existed: the
-    interval columns only, pages with an interval only."""
+    interval columns only, pages with an interval only (and no digests, as then)."""
+    strip_digests(root)
     store = HistoryStore(root)
     path = Path(store.stats_files()[0])
     table = pq.read_table(path).filter(pa.compute.greater(pq.read_table(path)["n_intervals"], 0))

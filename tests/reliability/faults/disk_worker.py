@@ -67,11 +67,11 @@ def fill_disk_at(point: str) -> None:
         original = history._write_parquet
         count = {"n": 0}
 
-        def write(table: Any, path: Path) -> None:
+        def write(table: Any, path: Path, **options: Any) -> int:
             count["n"] += 1
             if count["n"] == writes[point]:
                 full()
-            original(table, path)
+            return original(table, path, **options)
 
         history._write_parquet = write
     elif point == "manifest":
