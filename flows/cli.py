@@ -116,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="CIDR",
         help="reach this network although loopback/private/reserved (as for fetch)",
     )
+    disc.add_argument(
+        "--deadline",
+        type=float,
+        metavar="S",
+        help="seconds for the whole run (default 600; each host 120); the rest is reported",
+    )
 
     hist = sub.add_parser("history", help="inspect or maintain the fetch history")
     hist.add_argument("action", choices=["cycles", "rebuild-stats", "show"])
@@ -375,6 +381,10 @@ def _discover(args: argparse.Namespace) -> int:
         sitemaps = replace(sitemaps, allowed_networks=tuple(args.allow_network))
     settings = DiscoverySettings(sitemaps=sitemaps)
     report = discover_sync(
+    if args.deadline is not None:
+        if not (math.isfinite(args.deadline) and args.deadline > 0):
+            raise ValueError(f"--deadline must be a number of seconds > 0, got {args.deadline}")
+        sitemaps = replace(sitemaps, run_deadline_s=args.deadline)
         args.root,
         seeds=args.seed,
         sitemaps=args.sitemap,

@@ -32,10 +32,13 @@ def discover_task(
     follow_seed_links: bool = True,
     at: datetime | None = None,
     allowed_networks: list[str] | None = None,
+    deadline_s: float | None = None,
 ) -> dict[str, Any]:
     sitemap_settings = SitemapSettings()
     if allowed_networks is not None:
         sitemap_settings = replace(sitemap_settings, allowed_networks=tuple(allowed_networks))
+    if deadline_s is not None:
+        sitemap_settings = replace(sitemap_settings, run_deadline_s=deadline_s)
     report = discover_sync(
         root,
         seeds=seeds,
@@ -53,6 +56,7 @@ def discover_task(
         "rejected": sum(report.rejected.values()),
         "sitemaps_read": report.sitemaps_read,
         "catalog_size": report.catalog_size,
+        "unread": len(report.unread),  # left by a deadline (named in the log's summary)
     }
 
 
@@ -65,19 +69,29 @@ def discover_flow(
     follow_seed_links: bool = True,
     at: datetime | None = None,
     allowed_networks: list[str] | None = None,
+    deadline_s: float | None = None,
 ) -> dict[str, Any]:
     """Discover pages from ``seeds`` (their robots.txt sitemaps and links) and ``sitemaps``.
 
     Without either, every catalog host's home page is a seed: the weekly run re-reads the
     sitemaps of the hosts already known. ``allowed_networks`` (CIDR) opens loopback or
     private networks to the address policy (default: RECRAWL_ALLOWED_NETWORKS, else none).
+    ``deadline_s`` bounds the whole run (default ``SitemapSettings.run_deadline_s``, 600 s;
+    each host 120 s); what it leaves unread is counted and named, never raised.
     """
     if not seeds and not sitemaps:
         seeds = catalog_origins(root)
         if not seeds:
             raise ValueError("discover needs seed URLs or sitemap URLs (the catalog is empty)")
     return discover_task(
-        root, seeds or [], sitemaps or [], max_pages, follow_seed_links, at, allowed_networks
+        root,
+        seeds or [],
+        sitemaps or [],
+        max_pages,
+        follow_seed_links,
+        at,
+        allowed_networks,
+        deadline_s,
     )
 
 

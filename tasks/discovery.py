@@ -26,7 +26,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -55,6 +55,7 @@ from tasks.catalog import CatalogStore
 from tasks.history import HistoryStore, connect
 from tasks.robots import RobotsRules
 from tasks.sitemaps import (
+    DEADLINE_REASONS,
     SitemapReader,
     SitemapSettings,
     SitemapSource,
@@ -92,6 +93,10 @@ class DiscoveryReport:
     rejected: dict[str, int]
     examples: dict[str, str]  # first rejected example per reason
     catalog_size: int
+    unread: dict[str, str] = field(default_factory=dict)  # URL -> deadline that left it
+
+    #: Unread URLs named one by one in the summary; the rest are counted.
+    UNREAD_SHOWN = 20
 
     def summary_lines(self) -> list[str]:
         lines = [
@@ -104,8 +109,18 @@ class DiscoveryReport:
         ]
         for reason, n in sorted(self.rejected.items(), key=lambda kv: -kv[1]):
             lines.append(f"  {reason:<20} {n:>8,}  e.g. {self.examples.get(reason, '')[:120]}")
+        if self.unread:
+            lines.append(f"deadline hit: {len(self.unread):,} not read")
+            for url, detail in list(self.unread.items())[: self.UNREAD_SHOWN]:
+                lines.append(f"  {url}  ({detail})")
+            if len(self.unread) > self.UNREAD_SHOWN:
+                lines.append(f"  ... and {len(self.unread) - self.UNREAD_SHOWN:,} more")
         lines.append(f"catalog now has {self.catalog_size:,} pages")
         return lines
+
+    @property
+    def deadline_hit(self) -> bool:
+        return any(self.rejected.get(reason) for reason in DEADLINE_REASONS)
 
 
 async def discover(
@@ -138,7 +153,7 @@ async def discover(
             links = await _seed_links(reader, seed_urls, tally)
             candidates += [c for c in links if c.url not in sitemap_urls]
     tally.merge(report.rejected)
-    return land(
+    landed = land(
         root,
         candidates,
         settings=settings,
@@ -148,6 +163,7 @@ async def discover(
         tally=tally,
         sitemaps_read=report.sitemaps_read,
     )
+    return replace(landed, unread=dict(report.unread))
 
 
 def discover_sync(root: str | Path, **kwargs: object) -> DiscoveryReport:
@@ -227,17 +243,24 @@ def land(
 
 
 async def _seed_links(reader: SitemapReader, seeds: list[str], tally: Tally) -> list[Candidate]:
-    """Fetch each seed page once (robots.txt permitting) and take its links."""
+    """Fetch each seed page once (robots.txt permitting) and take its links, until the run
+    deadline (a seed it leaves is recorded by the reader, ``run_deadline``)."""
     found: list[Candidate] = []
     for url in seeds:
-        rules = await reader.robots(origin_of(url))
+        rules = await reader.robots_by_deadline(origin_of(url))
+        if rules is None:
+            continue
         denial = rules.denial(url, reader.settings.robots_token)
         if denial is not None:
             tally.add("robots_denied", f"seed {url}: {denial}")
             continue
-        await reader.pace(origin_of(url), rules)
         try:
-            status, content_type, body = await _get_page(reader, url)
+            async with asyncio.timeout_at(reader.run_ends()):
+                await reader.pace(origin_of(url), rules)
+                status, content_type, body = await _get_page(reader, url)
+        except TimeoutError:
+            reader.left_unread(url, "run_deadline", "seed page")
+            continue
         except (httpx.HTTPError, OSError) as exc:  # only costs this seed's links
             tally.add("seed_unreachable", f"{url}: {type(exc).__name__}")
             continue

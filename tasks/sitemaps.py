@@ -14,13 +14,23 @@ file, or ``Content-Encoding: gzip``) is inflated chunk by chunk into the parser,
 outside a sitemap's scope are dropped one by one (``cross_host``, ``outside_path``,
 ``bad_url``). Every request passes the address policy (``tasks.net_guard``; loopback and
 private networks only if ``allowed_networks`` lists them).
+
+The run is bounded in total, not only per file: each host's reading (its robots.txt, its
+sitemaps, an index's children) ends at ``host_deadline_s`` after it starts, and everything
+ends at ``run_deadline_s`` after the reader is made. Children of an index are read
+``host_connections`` at a time, the requests to one host still started ``min_delay_s`` (or the
+host's Crawl-delay) apart; different hosts are read in parallel. What a deadline left unread
+(in flight or still queued) is recorded, never raised: reason ``host_deadline`` or
+``run_deadline`` in ``rejected`` and every such URL in ``SitemapReport.unread``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+import math
+import time
+from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -73,8 +83,11 @@ class SitemapSettings:
     max_bytes: int = MAX_BYTES
     timeout_s: float = 60.0  # per file, whole body
     host_concurrency: int = 16  # hosts read at once
-    min_delay_s: float = 0.5  # between two requests to one host
+    min_delay_s: float = 0.5  # between the starts of two requests to one host
     crawl_delay_cap_s: float = 30.0
+    host_connections: int = 4  # requests in flight to one host at once (starts still paced)
+    host_deadline_s: float = 120.0  # one host's robots.txt and sitemaps, from its first request
+    run_deadline_s: float = 600.0  # the whole reading, from the reader's creation
     # Address policy (models.net_policy): CIDR networks reachable although loopback, private
     # or reserved; default: RECRAWL_ALLOWED_NETWORKS, else none (the sandbox passes its own).
     allowed_networks: tuple[str, ...] = field(default_factory=networks_from_env)
@@ -82,6 +95,12 @@ class SitemapSettings:
     def __post_init__(self) -> None:
         if self.max_depth < 0 or self.max_sitemaps < 1 or self.host_concurrency < 1:
             raise ValueError("max_depth >= 0, max_sitemaps >= 1, host_concurrency >= 1 required")
+        if self.host_connections < 1:
+            raise ValueError(f"host_connections must be >= 1, got {self.host_connections}")
+        for name in ("host_deadline_s", "run_deadline_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number of seconds > 0, got {value}")
         parse_networks(self.allowed_networks)  # ValueError naming a bad network
 
 
@@ -99,6 +118,11 @@ class SitemapReport:
     sitemaps_read: int = 0
     rejected: Tally = field(default_factory=Tally)
     robots: dict[str, RobotsRules] = field(default_factory=dict)  # by origin
+    unread: dict[str, str] = field(default_factory=dict)  # URL -> which deadline left it
+
+
+#: The two reasons a deadline leaves a sitemap (or robots.txt, or seed page) unread.
+DEADLINE_REASONS = ("host_deadline", "run_deadline")
 
 
 def origin_of(url: str) -> str:
@@ -129,9 +153,35 @@ class SitemapReader:
         self.settings = settings or SitemapSettings()
         self.report = SitemapReport()
         self._robots_locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._pace_locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._last_request: dict[str, float] = {}
         self._seen: set[str] = set()
         self._scheduled = 0
+        self._run_ends_mono = time.monotonic() + self.settings.run_deadline_s
+
+    # ------------------------------------------------------------------ deadlines
+
+    def run_ends(self) -> float:
+        """The run deadline on the running loop's clock (``loop.time()``)."""
+        loop = asyncio.get_running_loop()
+        return loop.time() + (self._run_ends_mono - time.monotonic())
+
+    def left_unread(self, url: str, reason: str, what: str = "sitemap") -> None:
+        """Record a URL a deadline left unread (``reason`` one of DEADLINE_REASONS)."""
+        settings = self.settings
+        seconds = settings.host_deadline_s if reason == "host_deadline" else settings.run_deadline_s
+        detail = f"{reason.replace('_', ' ')} of {seconds:g} s hit"
+        self.report.rejected.add(reason, f"{what} {url}: not read, {detail}")
+        self.report.unread[url] = detail
+
+    async def robots_by_deadline(self, origin: str) -> RobotsRules | None:
+        """``robots`` bounded by the run deadline: None (recorded) if it hit first."""
+        try:
+            async with asyncio.timeout_at(self.run_ends()):
+                return await self.robots(origin)
+        except TimeoutError:
+            self.left_unread(origin + "/robots.txt", "run_deadline", "robots.txt")
+            return None
 
     # ------------------------------------------------------------------ robots.txt
 
@@ -164,9 +214,9 @@ class SitemapReader:
         """The sitemaps named by the ``Sitemap:`` lines of these origins' robots.txt."""
         found: dict[str, list[str]] = {}
         unique = list(dict.fromkeys(origin_of(normalize(o)) for o in origins))
-        rules = await asyncio.gather(*(self.robots(o) for o in unique))
+        rules = await asyncio.gather(*(self.robots_by_deadline(o) for o in unique))
         for origin, rule in zip(unique, rules, strict=True):
-            if rule.verdict is not RobotsVerdict.PARSE or rule.parser is None:
+            if rule is None or rule.verdict is not RobotsVerdict.PARSE or rule.parser is None:
                 continue
             for line in rule.parser.sitemaps:
                 try:
@@ -195,12 +245,42 @@ class SitemapReader:
 
         async def host_worker(origin: str, queue: list[_Queued]) -> None:
             async with gate:
-                while queue:
-                    url, depth, granted = queue.pop(0)
-                    queue.extend(await self._read_one(origin, url, depth, granted))
+                await self._read_host(origin, queue)
 
         await asyncio.gather(*(host_worker(o, q) for o, q in by_host.items()))
         return self.report
+
+    async def _read_host(self, origin: str, queue: list[_Queued]) -> None:
+        """Read one host's sitemaps and their children, ``host_connections`` at a time,
+        until done or until the host's (or the run's) deadline; the rest is recorded."""
+        settings = self.settings
+        loop = asyncio.get_running_loop()
+        host_ends, run_ends = loop.time() + settings.host_deadline_s, self.run_ends()
+        ends = min(host_ends, run_ends)
+        reason = "host_deadline" if host_ends <= run_ends else "run_deadline"
+        pending: deque[_Queued] = deque(queue)
+        running: dict[asyncio.Task[list[_Queued]], str] = {}
+        while pending or running:
+            while pending and len(running) < settings.host_connections and loop.time() < ends:
+                url, depth, granted = pending.popleft()
+                running[asyncio.create_task(self._read_one(origin, url, depth, granted))] = url
+            if not running:
+                break  # the deadline passed before anything more could start
+            done, _ = await asyncio.wait(
+                running, timeout=max(0.0, ends - loop.time()), return_when="FIRST_COMPLETED"
+            )
+            if not done:
+                break
+            for task in done:
+                del running[task]
+                pending.extend(task.result())
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        for url in [*running.values(), *(url for url, _, _ in pending)]:
+            self.left_unread(url, reason)
+        if running or pending:
+            log.info("%s: %s, %d sitemaps left unread", origin, reason, len(running) + len(pending))
 
     @property
     def sitemap_urls(self) -> frozenset[str]:
@@ -299,6 +379,11 @@ class SitemapReader:
                 raise SitemapRejectedError("refused_address", refused.reason) from None
             detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
             raise SitemapRejectedError("http_error", detail) from None
+        except SitemapRejectedError:
+            raise
+        except Exception as exc:  # any other failure of this request is this sitemap's outcome
+            detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            raise SitemapRejectedError("http_error", detail) from None
 
     async def _stream(self, url: str) -> ParsedSitemap:
         settings = self.settings
@@ -351,15 +436,19 @@ class SitemapReader:
             return parser.close()
 
     async def pace(self, origin: str, rules: RobotsRules | None) -> None:
-        """Wait until this host may get another request (min delay, Crawl-delay)."""
+        """Wait until this host may get another request (min delay, Crawl-delay).
+
+        One waiter at a time per host, so requests in flight together still start at
+        least the delay apart."""
         loop = asyncio.get_running_loop()
         delay = max(self.settings.min_delay_s, rules.crawl_delay_s if rules else 0.0)
-        last = self._last_request.get(origin)
-        if last is not None:
-            wait = last + delay - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-        self._last_request[origin] = loop.time()
+        async with self._pace_locks[origin]:
+            last = self._last_request.get(origin)
+            if last is not None:
+                wait = last + delay - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+            self._last_request[origin] = loop.time()
 
 
 def _lists(rules: RobotsRules, sitemap_url: str) -> bool:
