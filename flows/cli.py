@@ -377,14 +377,14 @@ def _discover(args: argparse.Namespace) -> int:
     if args.min_delay < 0:
         raise ValueError(f"--min-delay must be >= 0, got {args.min_delay}")
     sitemaps = SitemapSettings(min_delay_s=args.min_delay)
-    if args.allow_network:
-        sitemaps = replace(sitemaps, allowed_networks=tuple(args.allow_network))
-    settings = DiscoverySettings(sitemaps=sitemaps)
-    report = discover_sync(
     if args.deadline is not None:
         if not (math.isfinite(args.deadline) and args.deadline > 0):
             raise ValueError(f"--deadline must be a number of seconds > 0, got {args.deadline}")
         sitemaps = replace(sitemaps, run_deadline_s=args.deadline)
+    if args.allow_network:
+        sitemaps = replace(sitemaps, allowed_networks=tuple(args.allow_network))
+    settings = DiscoverySettings(sitemaps=sitemaps)
+    report = discover_sync(
         args.root,
         seeds=args.seed,
         sitemaps=args.sitemap,
