@@ -224,3 +224,31 @@ def test_children_are_read_concurrently_per_host_starts_paced_hosts_in_parallel(
         intervals[base] = kids
     a, b = intervals.values()
     assert any(x0 < y1 and y0 < x1 for x0, x1 in a for y0, y1 in b), "hosts read one after another"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"host_deadline_s": 0.0},
+        {"run_deadline_s": -1.0},
+        {"run_deadline_s": float("nan")},
+        {"host_deadline_s": float("inf")},
+        {"host_connections": 0},
+    ],
+)
+def test_deadline_settings_are_checked(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        replace(FAST.sitemaps, **bad)
+
+
+def test_the_summary_names_the_first_unread_and_counts_the_rest():
+    unread = {f"http://h.test/s-{i}.xml": "host deadline of 120 s hit" for i in range(25)}
+    report = DiscoveryReport(
+        found=0, added=0, known=0, signals_updated=0, seen_links=0, duplicates=0,
+        sitemaps_read=1, rejected={"host_deadline": 25}, examples={}, catalog_size=0,
+        unread=unread,
+    )  # fmt: skip
+    lines = report.summary_lines()
+    shown = [url for url in unread if any(url + " " in line for line in lines)]
+    assert shown == list(unread)[: DiscoveryReport.UNREAD_SHOWN]
+    assert "  ... and 5 more" in lines and report.deadline_hit
