@@ -222,6 +222,8 @@ def _demo(args: argparse.Namespace) -> int:
 def _synthetic(args: argparse.Namespace) -> int:
     from flows.estimation_demo import run_estimation_demo
 
+    if args.pages < 1 or args.cycles < 1:  # before the root is replaced
+        raise ValueError(f"--pages and --cycles must be >= 1, got {args.pages} and {args.cycles}")
     result = run_estimation_demo(args.root, pages=args.pages, cycles=args.cycles, seed=args.seed)
     print(
         f"synthetic web: {result.pages} pages, {result.cycles} daily cycles, "
@@ -239,6 +241,8 @@ def _estimate(args: argparse.Namespace) -> int:
     from tasks.estimation import load_rate_estimates
 
     require_store(args.root)
+    if args.out and (args.out.is_dir() or not args.out.parent.is_dir()):  # before estimating
+        raise ValueError(f"--out must be a file in an existing folder, got {args.out}")
     frame = load_rate_estimates(args.root, prior=args.prior)
     if args.out:
         frame.to_parquet(args.out, index=False)

@@ -286,7 +286,7 @@ def check_value_and_cost(table: pa.Table) -> None:
         column = table[name]
         ok = pc.and_(pc.greater_equal(column, low), pc.less_equal(column, high))
         ok = pc.fill_null(pc.and_(ok, pc.is_finite(column)), False)
-        if not pc.all(ok).as_py():
+        if not pc.all(ok, min_count=0).as_py():  # no rows: null with the default min_count
             first = pc.index(ok, False).as_py()
             page = next(
                 (table[k][first].as_py() for k in ("url", "url_id") if k in table.column_names),

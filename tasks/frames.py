@@ -188,7 +188,7 @@ def show_history(root: str | Path, cycle: int | None = None, limit: int = 20) ->
     total = rel.count("*").fetchall()[0][0]
     shown = (
         rel.order("fetched_at, url_id")
-        .limit(limit)
+        .limit(min(limit, total))  # DuckDB's LIMIT is an int64
         .project(
             "coalesce(url, '(url_id ' || url_id || ', not in the catalog)') AS url, "
             "outcome, changed, fetched_at"
