@@ -224,6 +224,8 @@ def _synthetic(args: argparse.Namespace) -> int:
 
     if args.pages < 1 or args.cycles < 1:  # before the root is replaced
         raise ValueError(f"--pages and --cycles must be >= 1, got {args.pages} and {args.cycles}")
+    if args.root.exists() and not args.root.is_dir():
+        raise ValueError(f"--root is not a folder: {args.root}")
     result = run_estimation_demo(args.root, pages=args.pages, cycles=args.cycles, seed=args.seed)
     print(
         f"synthetic web: {result.pages} pages, {result.cycles} daily cycles, "
@@ -323,7 +325,7 @@ def run_summary_lines(summary: dict[str, Any]) -> list[str]:
 def _catalog(args: argparse.Namespace) -> int:
     from tasks.catalog import CatalogStore
 
-    if not args.file.exists():
+    if not args.file.is_file():
         raise ValueError(f"no such file: {args.file}")
     read = pd.read_parquet if args.file.suffix == ".parquet" else pd.read_csv
     frame = read(args.file)

@@ -481,11 +481,13 @@ def _fuzz(
 
 #: Argument vectors the fuzzer found failing, each fixed (see the module's report).
 ARGV_FINDINGS: list[list[str]] = [
-    ["synthetic", "--cycles", "0"],  # 1. FileNotFoundError traceback after the store was wiped
-    ["synthetic", "--pages", "0"],  # 1. the store wiped, then "n_pages must be positive"
+    ["synthetic", "--root", STORE, "--pages", "0"],  # 1. the store wiped, then refused
+    ["synthetic", "--root", STORE, "--cycles", "0"],  # 1. was exit 0: the store replaced by NaNs
     ["estimate", "--out", "out/missing/e.parquet"],  # 2. OSError traceback after estimating
     ["estimate", "--out", "out"],  # 2. IsADirectoryError traceback
     ["history", "show", "--limit", "9" * 30],  # 3. DuckDB's LIMIT overflowed: a traceback
+    ["synthetic", "--root", f"{STORE}/pages/catalog.parquet"],  # 5. NotADirectoryError
+    ["catalog", "import", STORE],  # 6. a folder to import: IsADirectoryError
 ]
 #: Catalog files the fuzzer found failing.
 CATALOG_FINDINGS: list[tuple[str, bytes]] = [
