@@ -327,6 +327,8 @@ def _catalog(args: argparse.Namespace) -> int:
 
     if not args.file.is_file():
         raise ValueError(f"no such file: {args.file}")
+    if args.root.exists() and not args.root.is_dir():
+        raise ValueError(f"--root is not a folder: {args.root}")
     read = pd.read_parquet if args.file.suffix == ".parquet" else pd.read_csv
     frame = read(args.file)
     size = CatalogStore(args.root).upsert(frame)
@@ -343,7 +345,7 @@ def _fetch(args: argparse.Namespace) -> int:
 
     urls = list(args.urls)
     if args.url_file is not None:
-        if not args.url_file.exists():
+        if not args.url_file.is_file():
             raise ValueError(f"no such file: {args.url_file}")
         lines = args.url_file.read_text().splitlines()
         urls += [u.strip() for u in lines if u.strip() and not u.lstrip().startswith("#")]
@@ -351,6 +353,8 @@ def _fetch(args: argparse.Namespace) -> int:
         raise ValueError("no URLs given (pass them as arguments or with --urls FILE)")
     if not args.out.parent.is_dir():  # before any request: the rows must have somewhere to go
         raise ValueError(f"--out: no such folder {args.out.parent}")
+    if args.out.is_dir():
+        raise ValueError(f"--out is a folder, not a file: {args.out}")
     if args.cycle < 0:
         raise ValueError(f"--cycle must be >= 0, got {args.cycle}")
     settings = FetchSettings(**fetch_overrides(args))
@@ -427,6 +431,10 @@ def _sandbox(args: argparse.Namespace) -> int:
 
     from sandbox.cli import raise_open_file_limit, serve_foreground, web_from_args
 
+    if not 0 <= args.port <= 65_535:
+        raise ValueError(f"--port must be within 0-65535, got {args.port}")
+    if args.manifest is not None and (args.manifest.is_dir() or not args.manifest.parent.is_dir()):
+        raise ValueError(f"--manifest must be a file in an existing folder, got {args.manifest}")
     web = web_from_args(args)
     raise_open_file_limit(args.hosts + 4_096)
     serving = serve_foreground(
@@ -444,6 +452,8 @@ def _sandbox(args: argparse.Namespace) -> int:
 def _backtest(args: argparse.Namespace) -> int:
     from flows.policy_backtest import run_from_args
 
+    if args.out is not None and args.out.exists() and not args.out.is_dir():  # before running
+        raise ValueError(f"--out must be a folder, got the file {args.out}")
     return run_from_args(args)
 
 

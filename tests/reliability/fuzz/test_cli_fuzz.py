@@ -488,6 +488,8 @@ ARGV_FINDINGS: list[list[str]] = [
     ["history", "show", "--limit", "9" * 30],  # 3. DuckDB's LIMIT overflowed: a traceback
     ["synthetic", "--root", f"{STORE}/pages/catalog.parquet"],  # 5. NotADirectoryError
     ["catalog", "import", STORE],  # 6. a folder to import: IsADirectoryError
+    ["catalog", "import", "in/cat.csv", "--root", "in/cat.csv"],  # 7. NotADirectoryError
+    ["fetch", "--urls", STORE, "--out", "out/r.parquet"],  # 8. IsADirectoryError
 ]
 #: Catalog files the fuzzer found failing.
 CATALOG_FINDINGS: list[tuple[str, bytes]] = [
@@ -523,3 +525,26 @@ def test_catalog_import_of_any_file_answers_0_or_one_line_and_2_and_a_failure_ch
         catalog=catalog_files(),
         root=st.sampled_from([STORE, STORE, "missing"]),
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # 9. each of these reached the fetch, the backtest or the server, then failed there
+        # with a traceback (rows or a run lost): refused first now, nothing started.
+        ["fetch", "http://127.0.0.1:1/", "--out", "out"],
+        ["backtest", "--out", "in/cat.csv"],
+        ["sandbox", "--port", "70000"],
+        ["sandbox", "--port", "-1"],
+        ["sandbox", "--manifest", "out/missing/m.json"],
+        ["sandbox", "--manifest", "out"],
+    ],
+)
+def test_an_output_or_port_that_cannot_work_is_refused_before_the_expensive_call(
+    argv: list[str], workspace: Workspace
+) -> None:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        status = cli.main(argv)  # ReachedExpensiveCall would fail the test
+    assert status == 2 and err.getvalue().count("\n") == 1, err.getvalue()
+    assert _digest(workspace.work / STORE) == workspace.digest
