@@ -57,6 +57,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Collection, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -208,19 +209,20 @@ class HistoryStore:
         """
         entries = self.manifest()["cycles"]
         wanted = entries if cycles is None else {str(c): entries[str(c)] for c in cycles}
-        paths = []
-        for _, entry in sorted(wanted.items(), key=lambda kv: int(kv[0])):
-            paths.extend(self._entry_files(entry, verify=verify))
-        return paths
+        ordered = [e for _, e in sorted(wanted.items(), key=lambda kv: int(kv[0]))]
+        return self._entry_files(ordered, verify=verify)
 
-    def _entry_files(self, entry: dict[str, Any], *, verify: bool) -> list[str]:
-        """A cycle entry's files, checked against their digests if ``verify``."""
-        digests = entry.get(DIGEST, {})
-        paths = [str(self.dir / entry["dir"] / name) for name in entry["files"]]
-        if verify:
-            for name, path in zip(entry["files"], paths, strict=True):
+    def _entry_files(self, entries: list[dict[str, Any]], *, verify: bool) -> list[str]:
+        """The cycle entries' files, checked against their digests if ``verify``."""
+        paths, checks = [], []
+        for entry in entries:
+            digests = entry.get(DIGEST, {})
+            for name in entry["files"]:
+                paths.append(str(self.dir / entry["dir"] / name))
                 if name in digests:
-                    verify_file(path, [digests[name]], "history part", PART_REMEDY)
+                    checks.append((paths[-1], [digests[name]]))
+        if verify:
+            verify_files(checks, "history part", PART_REMEDY)
         return paths
 
     def relation(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
@@ -432,7 +434,7 @@ class HistoryStore:
         with contextlib.suppress(OSError):  # a file gone: reading it says so, not this
             for entry in manifest["cycles"].values():
                 if DIGEST not in entry:
-                    paths = self._entry_files(entry, verify=False)
+                    paths = self._entry_files([entry], verify=False)
                     names = entry["files"]
                     entry[DIGEST] = {n: known_digest(f) for n, f in zip(names, paths, strict=True)}
             stats = manifest.get("stats")
@@ -538,7 +540,7 @@ class CycleWriter:
             version = f"cycle={self.cycle_id}/v-{uuid.uuid4().hex}"
             data_path = store.dir / version / "part-0.parquet"
             stats_rel = f"_stats/v-{uuid.uuid4().hex}.parquet"
-            old_files = store._entry_files(old_entry, verify=True) if old_entry else []
+            old_files = store._entry_files([old_entry], verify=True) if old_entry else []
             written: list[Path] = [store.dir / version]  # removed if the commit cannot finish
             try:
                 with commit_connection(self.staging / "spill", self.memory_limit) as con:
@@ -1008,6 +1010,19 @@ def verify_file(path: str | Path, accepted: Collection[str], what: str, remedy: 
     if len(_checked_digests) >= _CHECKED_MAX:
         _checked_digests.clear()
     _checked_digests[key] = digest
+
+
+def verify_files(checks: list[tuple[str, Collection[str]]], what: str, remedy: str) -> None:
+    """``verify_file`` for each (path, accepted digests), hashed on up to one thread a core
+    (hashlib lets go of the GIL): a full scan of the history hashed its files in about a
+    sixth of the time DuckDB took to aggregate them, on one thread."""
+    if len(checks) <= 1:
+        for path, accepted in checks:
+            verify_file(path, accepted, what, remedy)
+        return
+    with ThreadPoolExecutor(max_workers=min(len(checks), os.cpu_count() or 1)) as pool:
+        for _ in pool.map(lambda check: verify_file(*check, what, remedy), checks):
+            pass  # the first file that differs raises here, in the history's order
 
 
 def sidecar_path(path: Path) -> Path:

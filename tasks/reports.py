@@ -24,7 +24,7 @@ from matplotlib.ticker import MaxNLocator
 
 from models.planning import REASONS
 from models.schemas import NOT_SENT_OUTCOMES, OBSERVATION_OUTCOMES
-from tasks.history import HistoryStore, _write_parquet, connect
+from tasks.history import HistoryStore, _write_parquet, connect, verify_sidecar
 
 REPORTS = "reports"
 #: At most this many base64 bytes of plots go into the summary artifact. Prefect 3's server
@@ -192,10 +192,12 @@ def record_cycle(root: str | Path, numbers: CycleNumbers) -> pd.DataFrame:
         row[f"spent_{name}"] = value
     new = pd.DataFrame([row])
     if path.exists():
+        # checked against the digest kept beside it (tasks.history.verify_sidecar)
+        verify_sidecar(path, "cycle report", "restore it from a backup, or remove it to start anew")
         old = pd.read_parquet(path)
         new = pd.concat([old[old["cycle_id"] != numbers.cycle_id], new], ignore_index=True)
     new = new.sort_values("cycle_id").reset_index(drop=True)
-    _write_parquet(pa.Table.from_pandas(new, preserve_index=False), path)
+    _write_parquet(pa.Table.from_pandas(new, preserve_index=False), path, sidecar=True)
     return new
 
 

@@ -3,11 +3,11 @@
 Such a file often still reads (a raw zstd literal or a statistic in the footer decodes to
 another value: ``interval_days`` of +-1e300), so the store checks each published file
 against the digest recorded when it was written (``tasks.history.verify_file``). A flip
-at the start, the middle or the footer of a history part, the statistics or the catalog
-is reported by file name (``HistoryCorruptError``; the CLI prints one line and exits 2),
-nothing in the store changes, and ``history rebuild-stats`` refuses to build from a
-corrupt part (and repairs corrupt statistics). The offsets chosen below read silently
-without the check (the store before it: the values changed, no error).
+at the start, the middle or the footer of a history part, the statistics, the catalog or
+the cycle report is reported by file name (``HistoryCorruptError``; the CLI prints one
+line and exits 2), nothing in the store changes, and ``history rebuild-stats`` refuses to
+build from a corrupt part (and repairs corrupt statistics). The offsets chosen below read
+silently without the check (the store before it: the values changed, no error).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pytest
 from flows.estimation_demo import run_estimation_demo
 from tasks.catalog import CatalogStore
 from tasks.history import HistoryCorruptError, HistoryStore, connect
+from tasks.reports import CycleNumbers, record_cycle
 from tests.reliability.faults.harness import REPO
 
 pytestmark = pytest.mark.reliability
@@ -175,3 +176,33 @@ def test_the_cli_prints_one_line_and_exits_2(store_root, tmp_path, kind):
         assert str(path) in done.stderr and "Traceback" not in done.stderr, args
         assert done.stderr.count("\n") == 1, done.stderr
     assert snapshot(store_root) == before
+
+
+def report_numbers(cycle_id: int) -> CycleNumbers:
+    counts = dict.fromkeys(("planned_pages", "fetched", "requests_sent", "observations"), 10)
+    return CycleNumbers(
+        cycle_id=cycle_id,
+        at="",
+        budget=10.0,
+        planned_cost=10.0,
+        changes_found=4,
+        unchanged=6,
+        first_seen=0,
+        failed=0,
+        cost=10.0,
+        bytes=1000,
+        expected_changes=4.0,
+        expected_freshness=0.5,
+        realized_freshness=float("nan"),
+        **counts,
+    )
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_flipped_byte_in_the_cycle_report_is_named_and_nothing_changes(tmp_path, where):
+    record_cycle(tmp_path, report_numbers(0))
+    path = tmp_path / "reports" / "cycles.parquet"
+    flip(path, where)
+    before = snapshot(tmp_path)
+    refused(lambda: record_cycle(tmp_path, report_numbers(1)), path)
+    assert snapshot(tmp_path) == before
