@@ -1,8 +1,8 @@
 """Commit memory: peak RSS of ``commit_cycle`` at two cycle sizes, streamed vs the old path.
 
     .venv/bin/python benchmarks/bench_commit.py [--rows 100000,400000,1600000] [--batch-rows 2000]
-                                                [--modes streamed,reference]
-                                                [--reference-commit d0747de]
+                                                [--modes streamed,reference,unchecked]
+                                                [--reference-commit d0747de] [--repeat 1]
 
 For each size, a store is prepared once (in this process, not measured): cycle 0 holds every
 page once (``ok``), and cycle 1 is split into batches of ``--batch-rows`` pages whose parts
@@ -16,7 +16,10 @@ is the commit's own:
   from it);
 - ``reference``: the commit as it was at ``--reference-commit`` (``git show`` of that
   commit's ``tasks/history.py`` and ``tasks/cycle_archive.py`` loaded as modules): every
-  part read into one Arrow table, deduplicated, linked and conformed as Arrow tables.
+  part read into one Arrow table, deduplicated, linked and conformed as Arrow tables;
+- ``unchecked``: ``streamed`` with the store's file digests switched off
+  (``benchmarks/digest_peer.py``): what checking cycle 0's part and the statistics before
+  the commit and hashing the two files it writes cost (``streamed`` / ``unchecked``).
 
 The RSS increase is the peak (``VmHWM``) minus the RSS just before the commit (after
 the imports).
@@ -44,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 #: The last commit before the streamed commit (issue 8): the reference implementation.
 REFERENCE_COMMIT = "d0747de"
-MODES = ("streamed", "reference")
+MODES = ("streamed", "reference", "unchecked")
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 PAGES_PER_HOST = 50
 
@@ -191,7 +194,11 @@ def child(mode: str, root: Path, commit: str) -> None:
             _git_module(commit, path, name)  # compile before the baseline too
     before = _status_mb("VmRSS")
     started = time.perf_counter()
-    if mode == "streamed":
+    if mode == "unchecked":
+        from benchmarks.digest_peer import switch_off_digests
+
+        switch_off_digests()
+    if mode in ("streamed", "unchecked"):
         rows = tasks.cycle.commit_cycle(root, 1).rows
     else:
         rows = reference_commit(root, 1, commit)
@@ -222,14 +229,17 @@ def _same_cycle(a: Path, b: Path) -> None:
     from models.schemas import HISTORY_SCHEMA
     from tasks.history import HistoryStore
 
-    tables = []
+    # read unchecked: the ``unchecked`` mode recorded no real digests
+    tables, stats = [], []
     for root in (a, b):
         store = HistoryStore(root)
-        for path in store.files([1]):
+        files = store.files([1], verify=False)
+        for path in files:
             assert pq.read_schema(path).remove_metadata() == HISTORY_SCHEMA, path
-        tables.append(store.read([1]))
+        order = [("url_id", "ascending"), ("fetched_at", "ascending")]
+        tables.append(pq.read_table(files).sort_by(order))
+        stats.append(pq.read_table(store.stats_files(verify=False)[0]))
     assert tables[0].equals(tables[1]), "the two commits published different rows"
-    stats = [HistoryStore(r).page_stats().sort_by("url_id") for r in (a, b)]
     assert stats[0].num_rows == stats[1].num_rows, "different per-page statistics"
 
 
@@ -237,8 +247,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="100000,400000,1600000")
     parser.add_argument("--batch-rows", type=int, default=2000)
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--modes", default="streamed,reference")
     parser.add_argument("--reference-commit", default=REFERENCE_COMMIT)
+    parser.add_argument("--repeat", type=int, default=1, help="commits per mode and size")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "ROOT"))
     args = parser.parse_args(argv)
     if args.child:
@@ -253,18 +264,26 @@ def main(argv: list[str]) -> int:
         for pages in sizes:
             template = Path(tmp) / f"template-{pages}"
             prepare(template, pages, args.batch_rows)
-            roots = []
-            for mode in modes:
-                root = Path(tmp) / f"{mode}-{pages}"
-                shutil.copytree(template, root)
-                results[mode, pages] = _run_child(mode, root, args.reference_commit)
-                roots.append(root)
-            if len(roots) == 2:
-                _same_cycle(*roots)
+            runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+            for repeat in range(args.repeat):  # modes alternate, each commit on a fresh copy
+                roots = []
+                for mode in modes:
+                    root = Path(tmp) / f"{mode}-{pages}-{repeat}"
+                    shutil.copytree(template, root)
+                    runs[mode].append(_run_child(mode, root, args.reference_commit))
+                    roots.append(root)
+                for other in roots[1:]:
+                    _same_cycle(roots[0], other)
+                for root in roots:
+                    shutil.rmtree(root)
+            for mode, done in runs.items():
+                median = sorted(done, key=lambda r: r["seconds"])[len(done) // 2]
+                results[mode, pages] = {**median, "peak": max(r["peak"] for r in done)}
             shutil.rmtree(template)
-            for root in roots:
-                shutil.rmtree(root)
-    print(f"commit of cycle 1 (parts of {args.batch_rows} rows); {os.cpu_count()} cores")
+    print(
+        f"commit of cycle 1 (parts of {args.batch_rows} rows); {os.cpu_count()} cores; "
+        f"median time of {args.repeat} run(s), highest peak"
+    )
     print("| mode | rows | time | RSS before | peak RSS | increase |")
     print("|---|---:|---:|---:|---:|---:|")
     for (mode, pages), r in results.items():
@@ -273,6 +292,15 @@ def main(argv: list[str]) -> int:
             f"| {mode} | {pages:,} | {r['seconds']:.1f} s | {r['rss_before']:.0f} MB "
             f"| {r['peak']:.0f} MB | {increase:.0f} MB |"
         )
+    if {"streamed", "unchecked"} <= set(modes):
+        for pages in sizes:
+            checked, unchecked = results["streamed", pages], results["unchecked", pages]
+            print(
+                f"digests at {pages:,} rows: streamed / unchecked time = "
+                f"{checked['seconds'] / unchecked['seconds']:.3f}x "
+                f"({checked['seconds'] - unchecked['seconds']:+.2f} s), peak RSS "
+                f"{checked['peak'] - unchecked['peak']:+.0f} MB"
+            )
     small = sizes[0]
     for mode in modes:
         base = results[mode, small]

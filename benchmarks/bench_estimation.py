@@ -9,7 +9,13 @@ fresh process so peak memory is its own, alternating, `--repeat` times:
   cold         the same, but the per-page statistics recomputed from every history file
                (what `recrawl history rebuild-stats` does) instead of the maintained ones
 
+Each step checks the files it reads against their digests (``tasks.history.verify_file``:
+one read of each, in a fresh process). With ``--unchecked`` each step also runs with the
+digests switched off (``benchmarks/digest_peer.py``; ``bare`` reads no digest either way)
+and the checked / unchecked ratios are printed: what the check costs.
+
 Reproduce:  .venv/bin/python benchmarks/bench_estimation.py [--pages 10000000 --cycles 10]
+            [--unchecked]
 """
 
 from __future__ import annotations
@@ -24,13 +30,16 @@ import time
 from pathlib import Path
 
 OUT = Path(__file__).parent / "out"
+KINDS = ("bare", "estimate", "cold")
+UNCHECKED = "-unchecked"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def build(root: Path, pages: int, cycles: int) -> None:
     from models.synthetic import generate_history, generate_web
     from tasks.history import HistoryStore
 
-    marker = root / f"built-{pages}-{cycles}"
+    marker = root / f"built-{pages}-{cycles}-digests"  # a history cached before them: rebuilt
     if marker.exists():
         print(f"using cached history under {root}")
         return
@@ -51,6 +60,12 @@ def build(root: Path, pages: int, cycles: int) -> None:
 
 def child(kind: str, root: Path) -> None:
     import duckdb
+
+    if kind.endswith(UNCHECKED):
+        from benchmarks.digest_peer import switch_off_digests
+
+        switch_off_digests()
+        kind = kind.removesuffix(UNCHECKED)
 
     from models.change_rate import estimate_from_moments
     from tasks.estimation import load_rate_estimates, read_estimation_inputs
@@ -99,7 +114,8 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=10_000_000)
     parser.add_argument("--cycles", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--child", choices=["bare", "estimate", "cold"])
+    parser.add_argument("--unchecked", action="store_true", help="also run without digests")
+    parser.add_argument("--child", choices=[*KINDS, *(k + UNCHECKED for k in KINDS[1:])])
     parser.add_argument("--root", type=Path)
     args = parser.parse_args()
     root = args.root or OUT / f"history-{args.pages}x{args.cycles}"
@@ -107,7 +123,8 @@ def main() -> None:
         child(args.child, root)
         return
     build(root, args.pages, args.cycles)
-    runs: dict[str, list[dict[str, float]]] = {"bare": [], "estimate": [], "cold": []}
+    kinds = [*KINDS, *(k + UNCHECKED for k in KINDS[1:] if args.unchecked)]
+    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     for _ in range(args.repeat):
         for kind in runs:
             cmd = [sys.executable, __file__, "--child", kind, "--root", str(root)]
@@ -115,16 +132,23 @@ def main() -> None:
             runs[kind].append(json.loads(done.stdout.strip().splitlines()[-1]))
     bare = statistics.median(r["seconds"] for r in runs["bare"])
     print(f"\n{args.pages:,} pages x {args.cycles} observations, {args.repeat} runs each (median)")
-    print(f"{'step':<10}{'seconds':>10}{'x bare':>9}{'peak RSS MiB':>14}{'above imports':>15}")
+    print(f"{'step':<20}{'seconds':>10}{'x bare':>9}{'peak RSS MiB':>14}{'above imports':>15}")
     for kind, results in runs.items():
         secs = statistics.median(r["seconds"] for r in results)
         peak = max(r["peak_mb"] for r in results)
         added = max(r["added_mb"] for r in results)
-        print(f"{kind:<10}{secs:>10.2f}{secs / bare:>9.2f}{peak:>14.0f}{added:>15.0f}")
+        print(f"{kind:<20}{secs:>10.2f}{secs / bare:>9.2f}{peak:>14.0f}{added:>15.0f}")
+    for kind in KINDS[1:] if args.unchecked else ():
+        checked = statistics.median(r["seconds"] for r in runs[kind])
+        unchecked = statistics.median(r["seconds"] for r in runs[kind + UNCHECKED])
+        print(
+            f"digests: {kind} checked / unchecked = {checked / unchecked:.3f}x "
+            f"({checked - unchecked:+.2f} s)"
+        )
     print("target: estimate within 1.5x of bare")
     print(
         "reproduce: .venv/bin/python benchmarks/bench_estimation.py "
-        f"--pages {args.pages} --cycles {args.cycles}"
+        f"--pages {args.pages} --cycles {args.cycles}" + (" --unchecked" if args.unchecked else "")
     )
 
 
