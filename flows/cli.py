@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     try:
         return _COMMANDS[args.command](args)
-    except (ValueError, RuntimeError) as exc:
+    except (ValueError, RuntimeError, OSError) as exc:  # OSError: a path given (ENAMETOOLONG...)
         print(f"recrawl {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -490,6 +490,8 @@ ARGV_FINDINGS: list[list[str]] = [
     ["catalog", "import", STORE],  # 6. a folder to import: IsADirectoryError
     ["catalog", "import", "in/cat.csv", "--root", "in/cat.csv"],  # 7. NotADirectoryError
     ["fetch", "--urls", STORE, "--out", "out/r.parquet"],  # 8. IsADirectoryError
+    ["catalog", "import", "a" * 300],  # 10. ENAMETOOLONG from Path.is_file(): an OSError
+    ["plan", "--budget", "1", "--root", "a" * 300],  # 10. the same in require_store
 ]
 #: Catalog files the fuzzer found failing.
 CATALOG_FINDINGS: list[tuple[str, bytes]] = [
