@@ -11,7 +11,8 @@ Properties, for every vector:
   0 for ``--help``, 2 for a usage error);
 - on a return of 2, stderr is exactly one line, ``recrawl <command>: <what was wrong>``;
   on argparse's exit 2, stderr is argparse's usage text followed by exactly one line
-  ``recrawl ...: error: <what was wrong>`` (argparse's own format, accepted as is);
+  ``recrawl ...: error: <what was wrong>`` (argparse's own format, accepted as is; it
+  echoes a token as given, so a token holding a newline continues that line);
 - whenever the command failed, every file under the store (``data/``, prepared once per
   test: a small synthetic history and its catalog) is byte-identical afterwards.
 
@@ -445,8 +446,12 @@ def run_cli(space: Workspace, argv: list[str], catalog: tuple[str, bytes] | None
             assert len(lines[0]) > len("recrawl x: "), context
         else:  # argparse: usage, then one "prog: error: ..." line
             assert lines[0].startswith("usage: recrawl"), context
-            assert ": error: " in lines[-1] and lines[-1].startswith("recrawl"), context
-            assert not any(": error: " in line for line in lines[:-1]), context
+            errors = [i for i, line in enumerate(lines) if line.startswith("recrawl")]
+            assert len(errors) == 1 and ": error: " in lines[errors[0]], context
+            assert all(line.startswith(("usage:", " ")) for line in lines[: errors[0]]), context
+            # argparse echoes a token as given: one holding a newline continues the line
+            echoed = "\n".join(lines[errors[0] :])
+            assert echoed.count("\n") <= sum(t.count("\n") for t in argv), context
         after = _digest(store)
         changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
         assert not changed, f"{context}; changed under {STORE}/: {changed[:5]}"
