@@ -349,12 +349,9 @@ def _digest(root: Path) -> dict[str, str]:
 class Workspace:
     """A working folder holding a pristine copy of the sample store under ``data/``."""
 
-    def __init__(self, base: Path) -> None:
-        self.pristine = base / "pristine"
+    def __init__(self, pristine: Path, base: Path) -> None:
+        self.pristine = pristine
         self.work = base / "work"
-        from flows.estimation_demo import run_estimation_demo
-
-        run_estimation_demo(self.pristine, pages=120, cycles=3, seed=7)
         self.digest = _digest(self.pristine)
         self.dirty = True
 
@@ -376,10 +373,20 @@ class Workspace:
         (self.work / "out").mkdir()
 
 
+@pytest.fixture(scope="module")
+def pristine_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small synthetic history and its catalog, written once; each test works on a copy."""
+    from flows.estimation_demo import run_estimation_demo
+
+    root = tmp_path_factory.mktemp("cli_fuzz") / "pristine"
+    run_estimation_demo(root, pages=120, cycles=3, seed=7)
+    return root
+
+
 @pytest.fixture
-def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+def workspace(pristine_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
     """The prepared store; the commands' expensive calls stubbed; cwd the working folder."""
-    space = Workspace(tmp_path)
+    space = Workspace(pristine_store, tmp_path)
 
     def reached(*args: Any, **kwargs: Any) -> Any:
         raise ReachedExpensiveCall
