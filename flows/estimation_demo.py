@@ -32,12 +32,34 @@ class EstimationDemoResult:
     table: pd.DataFrame  # median estimate / true rate, per band of true rate and estimator
 
 
+#: Marks a root this demo wrote, so that only such a root is ever replaced.
+MARKER = "synthetic-store.txt"
+
+
+def clear_synthetic_root(root: Path) -> None:
+    """Remove ``root`` if it is missing, empty or a store this demo wrote, else refuse.
+
+    The demo replaces its root wholesale; pointed by mistake at a real store (``--root data``)
+    it must not delete it.
+    """
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"--root {root} is a file, not a folder")
+    if root.is_dir() and any(root.iterdir()):
+        if not (root / MARKER).exists():
+            raise ValueError(
+                f"--root {root} holds files that no synthetic run wrote; "
+                "choose an empty or new folder"
+            )
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / MARKER).write_text("written by recrawl synthetic; it replaces this folder\n")
+
+
 def run_estimation_demo(
     root: Path, *, pages: int = 20_000, cycles: int = 30, seed: int = 0
 ) -> EstimationDemoResult:
     """Write ``cycles`` daily cycles of a synthetic web under ``root`` and score estimators."""
-    if root.exists():
-        shutil.rmtree(root)
+    clear_synthetic_root(root)
     web = generate_web(pages, seed=seed)
     CatalogStore(root).upsert(web.catalog_table())
     store = HistoryStore(root)

@@ -111,3 +111,16 @@ def test_plan_writes_a_plan_within_budget(tmp_path):
     assert 0 < plan["cost"].sum() <= 300
     assert set(plan["reason"]) <= {"due", "discovery", "re-estimation", "verification", "ahead"}
     assert plan["url_id"].is_unique
+
+
+def test_synthetic_never_replaces_a_folder_it_did_not_write(tmp_path):
+    real = tmp_path / "data"
+    (real / "pages").mkdir(parents=True)
+    (real / "pages" / "catalog.parquet").write_bytes(b"a user's catalog")
+    done = run("synthetic", "--root", str(real), "--pages", "300", "--cycles", "2", cwd=None)
+    assert done.returncode == 2 and "holds files that no synthetic run wrote" in done.stderr
+    assert (real / "pages" / "catalog.parquet").read_bytes() == b"a user's catalog"
+    again = tmp_path / "synth"
+    for _ in range(2):  # its own output it replaces
+        done = run("synthetic", "--root", str(again), "--pages", "300", "--cycles", "2", cwd=None)
+        assert done.returncode == 0, done.stderr
