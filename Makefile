@@ -17,7 +17,7 @@ NO_AVX2 := X86_V3 $(NO_AVX512)
 NUMERICS := tests/models
 PYTEST_TIMES := --durations=20
 
-.PHONY: setup demo test lint types pytest pytest-waiting pytest-rest pytest-models numerics \
+.PHONY: setup demo test lint types pytest pytest-waiting pytest-servers pytest-rest pytest-models numerics \
 	numerics-v3 numerics-v2 reliability bench clean
 
 $(STAMP): pyproject.toml constraints.txt
@@ -36,7 +36,7 @@ demo: $(STAMP)
 # server-bound tests (faults, crashes, load, flows) mostly wait, so they share the two cores
 # with the CPU-bound ones; -k: every part runs and reports even when one fails.
 test: lint
-	@$(MAKE) --no-print-directory -k -j3 --output-sync=target types pytest numerics
+	@$(MAKE) --no-print-directory -k -j4 --output-sync=target types pytest numerics
 
 lint: $(STAMP)
 	@$(TIMED) { $(BIN)/ruff format --check . && $(BIN)/ruff check .; }
@@ -44,15 +44,22 @@ lint: $(STAMP)
 types: $(STAMP)
 	@$(TIMED) $(BIN)/mypy models sandbox
 
-# The whole suite (pyproject's addopts leave out the long reliability runs), in three parts.
-WAITING := tests/reliability tests/cycle tests/flows
-pytest: pytest-waiting pytest-rest pytest-models
+# The whole suite (pyproject's addopts leave out the long reliability runs), in four parts:
+# two that mostly wait on subprocesses and servers (faults, crashes, load; flows, Prefect's
+# first start, the UI and notebook tests), the rest, and the models. Four at a time keep
+# both cores busy while the waiting parts wait.
+WAITING := tests/reliability
+SERVERS := tests/cycle tests/flows tests/ui tests/notebook tests/test_first_screen.py
+pytest: pytest-waiting pytest-servers pytest-rest pytest-models
 
 pytest-waiting: $(STAMP)
 	@$(TIMED) $(BIN)/pytest $(WAITING) $(PYTEST_TIMES)
 
+pytest-servers: $(STAMP)
+	@$(TIMED) $(BIN)/pytest $(SERVERS) $(PYTEST_TIMES)
+
 pytest-rest: $(STAMP)
-	@$(TIMED) $(BIN)/pytest $(foreach d,$(WAITING) $(NUMERICS),--ignore=$(d)) $(PYTEST_TIMES)
+	@$(TIMED) $(BIN)/pytest $(foreach d,$(WAITING) $(SERVERS) $(NUMERICS),--ignore=$(d)) $(PYTEST_TIMES)
 
 pytest-models: $(STAMP)
 	@$(TIMED) $(BIN)/pytest $(NUMERICS) $(PYTEST_TIMES)

@@ -19,7 +19,16 @@ def test_synthetic_runs_and_prints_the_comparison(tmp_path):
     assert listing.stdout.count("cycle ") == 8
 
 
-def test_a_root_without_a_store_is_named_not_read_as_empty(tmp_path):
+def in_process(monkeypatch, capsys, *args):
+    """``recrawl ARGS`` in this process (no Prefect environment defaults set): code, stderr."""
+    import flows.cli
+
+    monkeypatch.setattr(flows.cli, "apply_prefect_defaults", lambda **_: None)
+    code = flows.cli.main(list(args))
+    return code, capsys.readouterr().err
+
+
+def test_a_root_without_a_store_is_named_not_read_as_empty(tmp_path, monkeypatch, capsys):
     missing = tmp_path / "typo"
     for args in (
         ["estimate", "--out", str(tmp_path / "e.parquet")],
@@ -27,21 +36,19 @@ def test_a_root_without_a_store_is_named_not_read_as_empty(tmp_path):
         ["history", "cycles"],
         ["run", "--budget", "10"],
     ):
-        done = run(*args, "--root", str(missing), cwd=None)
-        assert done.returncode == 2, (args, done.stderr)
-        assert f"no store at {missing}" in done.stderr and "Traceback" not in done.stderr
-        assert done.stderr.count("\n") == 1
+        code, err = in_process(monkeypatch, capsys, *args, "--root", str(missing))
+        assert code == 2, (args, err)
+        assert f"no store at {missing}" in err and "Traceback" not in err
+        assert err.count("\n") == 1
     assert not missing.exists() and not (tmp_path / "e.parquet").exists()
 
 
-def test_bad_numbers_are_echoed_as_given(tmp_path):
+def test_bad_numbers_are_echoed_as_given(tmp_path, monkeypatch, capsys):
     root = tmp_path / "d"
-    assert (
-        run(
-            "synthetic", "--root", str(root), "--pages", "300", "--cycles", "2", cwd=None
-        ).returncode
-        == 0
+    code, err = in_process(
+        monkeypatch, capsys, "synthetic", "--root", str(root), "--pages", "300", "--cycles", "2"
     )
+    assert code == 0, err
     for args, said in (
         (["--budget", "-1"], "--budget must be a finite number >= 0, got -1"),
         (["--budget", "nan"], "got nan"),
@@ -49,8 +56,8 @@ def test_bad_numbers_are_echoed_as_given(tmp_path):
         (["--budget", "5", "--host-capacity", "0"], "--host-capacity must be"),
     ):
         for command in ("plan", "run"):
-            done = run(command, "--root", str(root), *args, cwd=None)
-            assert done.returncode == 2 and said in done.stderr, (command, args, done.stderr)
+            code, err = in_process(monkeypatch, capsys, command, "--root", str(root), *args)
+            assert code == 2 and said in err and err.count("\n") == 1, (command, args, err)
     assert not (root / "plans").exists()
 
 
