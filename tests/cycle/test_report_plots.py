@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import base64
-import math
 import re
 
 import numpy as np
@@ -15,38 +14,15 @@ import pandas as pd
 import tasks.reports
 from tasks.reports import (
     EMBEDDED_PLOTS_MAX_BYTES,
-    CycleNumbers,
     embed_plots,
     hosts_under_pressure,
     report_dir,
     summary_markdown,
     write_plots,
 )
+from tests.cycle_numbers import sample_numbers
 
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)]*)\)")
-
-
-def _numbers() -> CycleNumbers:
-    return CycleNumbers(
-        cycle_id=3,
-        at="",
-        budget=10,
-        planned_pages=10,
-        planned_cost=10,
-        fetched=10,
-        requests_sent=10,
-        observations=10,
-        changes_found=4,
-        unchanged=6,
-        first_seen=0,
-        failed=0,
-        cost=10.0,
-        bytes=1000,
-        expected_changes=4.0,
-        expected_freshness=0.8,
-        realized_freshness=math.nan,
-        spent_by_slice={"due": 8.0, "discovery": 2.0},
-    )
 
 
 def _summary(tmp_path):
@@ -58,8 +34,9 @@ def _summary(tmp_path):
         }
     )
     rates = np.random.default_rng(0).lognormal(-2.0, 1.5, 500)
-    plots = write_plots(tmp_path, 3, cycles, _numbers(), rates)
-    markdown = summary_markdown(_numbers(), hosts_under_pressure([]), plots, "credits")
+    numbers = sample_numbers(3, spent_by_slice={"due": 8.0, "discovery": 2.0})
+    plots = write_plots(tmp_path, 3, cycles, numbers, rates)
+    markdown = summary_markdown(numbers, hosts_under_pressure([]), plots, "credits")
     return plots, markdown
 
 

@@ -1,6 +1,5 @@
-import math
-
-from tasks.reports import CycleNumbers, hosts_under_pressure, record_cycle, summary_markdown
+from tasks.reports import cycle_numbers, hosts_under_pressure, record_cycle, summary_markdown
+from tests.cycle_numbers import sample_numbers
 
 
 def _host(throttles=0, lowest=1.0, paused=0.0):
@@ -26,43 +25,19 @@ def test_hosts_under_pressure_lists_only_struggling_hosts_worst_first():
     assert table.loc[0, "throttles"] == 3 and table.loc[0, "batch_retry_ratio"] == 0.05
 
 
-def _numbers(cycle, changes):
-    return CycleNumbers(
-        cycle_id=cycle,
-        at="",
-        budget=10,
-        planned_pages=10,
-        planned_cost=10,
-        fetched=10,
-        requests_sent=10,
-        observations=10,
-        changes_found=changes,
-        unchanged=10 - changes,
-        first_seen=0,
-        failed=0,
-        cost=10.0,
-        bytes=1000,
-        expected_changes=4.0,
-        expected_freshness=0.8,
-        realized_freshness=math.nan,
-        spent_by_slice={"due": 10.0},
-    )
-
-
 def test_record_cycle_replaces_a_rerun_cycle_and_markdown_has_the_numbers(tmp_path):
-    record_cycle(tmp_path, _numbers(0, 2))
-    record_cycle(tmp_path, _numbers(1, 5))
-    rows = record_cycle(tmp_path, _numbers(1, 4))
+    record_cycle(tmp_path, sample_numbers(0, 2))
+    record_cycle(tmp_path, sample_numbers(1, 5))
+    rows = record_cycle(tmp_path, sample_numbers(1, 4))
     assert rows["cycle_id"].tolist() == [0, 1] and rows["changes_found"].tolist() == [2, 4]
-    text = summary_markdown(_numbers(1, 4), hosts_under_pressure([]), {}, "credits")
+    text = summary_markdown(sample_numbers(1, 4), hosts_under_pressure([]), {}, "credits")
     assert "| cost per change detected | 2.500 |" in text
     assert "| fetches that found no change | 6 |" in text
     assert "n/a (no ground truth)" in text
 
 
 def test_a_first_cycle_reports_first_visits_not_missing_changes():
-    first = _numbers(0, 0)
-    first = type(first)(**{**first.__dict__, "first_seen": 10, "unchanged": 0})
+    first = sample_numbers(0, 0, first_seen=10, unchanged=0)
     text = summary_markdown(first, hosts_under_pressure([]), {}, "credits")
     assert "| changes found | 0 on 0 revisits (10 first visits: nothing to compare yet) |" in text
     assert "| cost per change detected | n/a (no revisits yet) |" in text
@@ -70,13 +45,12 @@ def test_a_first_cycle_reports_first_visits_not_missing_changes():
 
 
 def test_changes_are_counted_against_revisits_only():
-    mixed = _numbers(2, 3)
-    mixed = type(mixed)(**{**mixed.__dict__, "first_seen": 4, "unchanged": 3})
+    mixed = sample_numbers(2, 3, first_seen=4, unchanged=3)
     text = summary_markdown(mixed, hosts_under_pressure([]), {}, "credits")
     assert (
         "| changes found | 3 on 6 revisits (plan expected 4.0, counting 4 first visits) |" in text
     )
-    none_found = _numbers(3, 0)
+    none_found = sample_numbers(3, 0)
     text = summary_markdown(none_found, hosts_under_pressure([]), {}, "credits")
     assert "| cost per change detected | n/a (no change found) |" in text
 
@@ -87,7 +61,6 @@ def test_refused_addresses_are_not_counted_as_requests_sent(tmp_path):
     import pandas as pd
 
     from tasks.history import HistoryStore
-    from tasks.reports import cycle_numbers
 
     at = datetime(2026, 3, 1, tzinfo=UTC)
     rows = pd.DataFrame(

@@ -23,7 +23,8 @@ import pytest
 from flows.estimation_demo import run_estimation_demo
 from tasks.catalog import CatalogStore
 from tasks.history import HistoryCorruptError, HistoryStore, connect
-from tasks.reports import CycleNumbers, record_cycle
+from tasks.reports import record_cycle
+from tests.cycle_numbers import sample_numbers
 from tests.reliability.faults.harness import REPO
 
 pytestmark = pytest.mark.reliability
@@ -178,31 +179,11 @@ def test_the_cli_prints_one_line_and_exits_2(store_root, tmp_path, kind):
     assert snapshot(store_root) == before
 
 
-def report_numbers(cycle_id: int) -> CycleNumbers:
-    counts = dict.fromkeys(("planned_pages", "fetched", "requests_sent", "observations"), 10)
-    return CycleNumbers(
-        cycle_id=cycle_id,
-        at="",
-        budget=10.0,
-        planned_cost=10.0,
-        changes_found=4,
-        unchanged=6,
-        first_seen=0,
-        failed=0,
-        cost=10.0,
-        bytes=1000,
-        expected_changes=4.0,
-        expected_freshness=0.5,
-        realized_freshness=float("nan"),
-        **counts,
-    )
-
-
 @pytest.mark.parametrize("where", WHERE)
 def test_a_flipped_byte_in_the_cycle_report_is_named_and_nothing_changes(tmp_path, where):
-    record_cycle(tmp_path, report_numbers(0))
+    record_cycle(tmp_path, sample_numbers(0))
     path = tmp_path / "reports" / "cycles.parquet"
     flip(path, where)
     before = snapshot(tmp_path)
-    refused(lambda: record_cycle(tmp_path, report_numbers(1)), path)
+    refused(lambda: record_cycle(tmp_path, sample_numbers(1)), path)
     assert snapshot(tmp_path) == before
