@@ -15,6 +15,8 @@ from sandbox import HostBehaviour, SandboxWeb, SimClock
 from sandbox.http import Request
 from sandbox.responder import Responder
 
+pytestmark = pytest.mark.numerics_free
+
 HTML = "text/html; charset=utf-8"
 PORT = 8080
 SANDBOX_CSS = CssRule(

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from models.noise import _VOLATILE_TEXT, is_volatile_key, prune_volatile_json, strip_volatile_text
 
+pytestmark = pytest.mark.numerics_free
+
 
 @pytest.mark.parametrize(
     "noise",

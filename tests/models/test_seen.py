@@ -9,6 +9,8 @@ import pytest
 
 from models.seen import BloomFilter, ExactSeenSet, bloom_size
 
+pytestmark = pytest.mark.numerics_free
+
 
 def _random_ids(n: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)

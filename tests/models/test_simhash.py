@@ -16,6 +16,8 @@ from models.simhash import (
     simhashes,
 )
 
+pytestmark = pytest.mark.numerics_free
+
 # Two unrelated articles, built from hand-written sentences (about 600 and 500 words).
 HARBOUR = [
     "The city council voted on Tuesday to approve a new plan for the old harbour district.",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import inspect
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -12,11 +13,14 @@ from models.sitemap import (
     MAX_BYTES,
     MAX_URLS,
     BoundedGunzip,
+    SitemapParser,
     SitemapRejectedError,
     SitemapScope,
     parse_lastmod,
     parse_sitemap,
 )
+
+pytestmark = pytest.mark.numerics_free
 
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
 
@@ -142,14 +146,30 @@ def test_the_50000_url_limit():
 
 
 def test_the_50_mb_limit_counts_uncompressed_bytes():
-    padding = b"<!--" + b" " * (MAX_BYTES - 200) + b"-->"
+    # The limit is 50 MB by default; the counting is checked at a small limit (parsing a
+    # 50 MB comment twice took 10 s of CPU), fed in many pieces so the count spans feeds.
+    assert MAX_BYTES == 52_428_800
+    for default in (
+        inspect.signature(parse_sitemap).parameters["max_bytes"].default,
+        inspect.signature(SitemapParser).parameters["max_bytes"].default,
+    ):
+        assert default == MAX_BYTES
+    limit, chunk = 64 * 1024, 4096
+    padding = b"<!--" + b" " * (limit - 200) + b"-->"
     fits = urlset("http://a.test/").replace(b"<url>", padding + b"<url>", 1)
-    assert len(fits) <= MAX_BYTES
-    assert len(parse_sitemap(fits).entries) == 1
+    assert limit - 100 < len(fits) <= limit
+    assert len(parse_sitemap(fits, max_bytes=limit, chunk=chunk).entries) == 1
+    # gzip: its compressed size (a few hundred bytes) is not what counts
+    assert len(parse_sitemap(gzip.compress(fits), max_bytes=limit, chunk=chunk).entries) == 1
     over = fits.replace(b"<url>", b" " * 300 + b"<url>", 1)
     with pytest.raises(SitemapRejectedError) as info:
-        parse_sitemap(over)
+        parse_sitemap(over, max_bytes=limit, chunk=chunk)
     assert info.value.reason == "too_large"
+    packed = gzip.compress(over)
+    assert len(packed) < limit // 10
+    with pytest.raises(SitemapRejectedError) as info:
+        parse_sitemap(packed, max_bytes=limit, chunk=chunk)
+    assert info.value.reason == "gzip_bomb"  # stopped while inflating, at the same limit
 
 
 def test_a_gzip_bomb_is_stopped_at_the_limit_not_inflated():

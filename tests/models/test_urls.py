@@ -17,6 +17,8 @@ from models.urls import (
     url_trap_reason,
 )
 
+pytestmark = pytest.mark.numerics_free
+
 BASE = "http://a/b/c/d;p?q"
 
 # RFC 3986 section 5.4.1, every example.
