@@ -385,7 +385,8 @@ def local_problems(draw):
     return web_problem(n, n_hosts, seed, objective, share), tilt
 
 
-@settings(max_examples=60, deadline=None)
+# 30 examples (60 cost 3.6 s per model pass); its finds are regression tests below.
+@settings(max_examples=30, deadline=None)
 @given(local_problems())
 def test_local_models_reach_the_direct_answer_from_a_rough_start(case):
     problem, (tilt_mu, tilt_nu) = case
