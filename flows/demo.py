@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from flows.backtest import run_sandbox_cycles, score_run
-from flows.local_prefect import local_server_cpu_s, start_local_prefect
+from flows.local_prefect import local_server_cpu_s, start_local_prefect, without_flow_heartbeats
 from flows.progress import PhaseTimes, ProgressLine
 
 
@@ -61,16 +61,17 @@ def run_demo(
             found = result.get("changes_found", 0)
             progress.step(f"cycle {result['cycle']}: {found} changes found")
 
-    run = run_sandbox_cycles(
-        root,
-        hosts=hosts,
-        pages_per_host=pages_per_host,
-        cycles=cycles,
-        budget_share=budget_share,
-        seed=seed,
-        on_cycle=on_cycle,
-        phases=phases,
-    )
+    with without_flow_heartbeats():
+        run = run_sandbox_cycles(
+            root,
+            hosts=hosts,
+            pages_per_host=pages_per_host,
+            cycles=cycles,
+            budget_share=budget_share,
+            seed=seed,
+            on_cycle=on_cycle,
+            phases=phases,
+        )
     with phases.phase("comparison (truth, plot)"):
         comparison, plot = score_run(run, seed=seed)
     detected = sum(int(str(s.get("changes_found", 0))) for s in run.cycle_summaries[1:])
