@@ -11,7 +11,9 @@ state cross a batch boundary. ``tests/tasks/lm_scan_reference.py`` is the old sc
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import shutil
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
@@ -48,11 +50,14 @@ GARBLED = (
 )
 
 
+#: Record batches of 5 rows and sorts of 30: every carried state crosses batches.
+TINY_BATCHES = {"COMMIT_BATCH_ROWS": 5, "COMMIT_BUCKET_ROWS": 30}
+
+
 @pytest.fixture
 def tiny_batches(monkeypatch):
-    """Record batches of 5 rows and sorts of 30: every carried state crosses batches."""
-    monkeypatch.setattr(history, "COMMIT_BATCH_ROWS", 5)
-    monkeypatch.setattr(history, "COMMIT_BUCKET_ROWS", 30)
+    for name, value in TINY_BATCHES.items():
+        monkeypatch.setattr(history, name, value)
 
 
 def http_date(at: datetime) -> str:
@@ -142,6 +147,29 @@ def build(root: Path, cycles: int = 5, ids: list[int] | None = None) -> Web:
     return web
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """``built(root, cycles)``: ``build``'s store copied to ``root``, and its ``Web`` as it
+    was after the build (its random state too). Each history is built once for the module
+    (a build is 4-5 commits of tiny batches, ~1 CPU s each); the tests change only their
+    copies, which hold the same bytes as a build of their own."""
+    made: dict[int, tuple[Path, Web]] = {}
+
+    def copy_of(root: Path, cycles: int = 5) -> Web:
+        if cycles not in made:
+            source = tmp_path_factory.mktemp(f"built-{cycles}") / "root"
+            with pytest.MonkeyPatch.context() as patch:
+                for name, value in TINY_BATCHES.items():
+                    patch.setattr(history, name, value)
+                made[cycles] = (source, build(source, cycles))
+        source, web = made[cycles]
+        # new files, new times: as fresh as a build (the store sweeps old leftovers by age)
+        shutil.copytree(source, root, copy_function=shutil.copy, dirs_exist_ok=True)
+        return copy.deepcopy(web)
+
+    return copy_of
+
+
 def assert_sums_equal_the_scan(root: Path) -> None:
     """Per page the stored ages equal the scan's; per host the stored evidence too."""
     sums = HistoryStore(root).page_sums().sort_by("url_id")
@@ -204,8 +232,8 @@ def assert_inputs_equal_the_scan(root: Path, *, use_catalog: bool) -> None:
             )
 
 
-def test_commit_time_sums_equal_the_scan(tmp_path, tiny_batches):
-    build(tmp_path)
+def test_commit_time_sums_equal_the_scan(tmp_path, tiny_batches, built):
+    built(tmp_path)
     assert_sums_equal_the_scan(tmp_path)
     sums = HistoryStore(tmp_path).page_sums()
     once = np.asarray(sums["n_intervals"]) == 0
@@ -226,8 +254,8 @@ def test_estimation_inputs_with_a_catalog_equal_the_scan(tmp_path, tiny_batches)
     assert_inputs_equal_the_scan(tmp_path, use_catalog=True)
 
 
-def test_replacing_the_last_cycle_keeps_the_sums_equal_to_the_scan(tmp_path, tiny_batches):
-    web = build(tmp_path)
+def test_replacing_the_last_cycle_keeps_the_sums_equal_to_the_scan(tmp_path, tiny_batches, built):
+    web = built(tmp_path)
     store = HistoryStore(tmp_path)
     before = store.page_sums()
     # the same cycle again, fetched differently (fewer pages, other times and answers)
@@ -238,9 +266,9 @@ def test_replacing_the_last_cycle_keeps_the_sums_equal_to_the_scan(tmp_path, tin
     assert_rebuild_equals(tmp_path)
 
 
-def test_unlinked_cycles_keep_the_same_sums(tmp_path, tiny_batches):
+def test_unlinked_cycles_keep_the_same_sums(tmp_path, tiny_batches, built):
     """Rows written with their own links (imports, simulations) give the same sums."""
-    build(tmp_path / "linked")
+    built(tmp_path / "linked")
     linked = HistoryStore(tmp_path / "linked")
     unlinked = HistoryStore(tmp_path / "unlinked")
     for cycle_id in linked.cycles():
@@ -249,11 +277,11 @@ def test_unlinked_cycles_keep_the_same_sums(tmp_path, tiny_batches):
     assert_sums_equal_the_scan(tmp_path / "unlinked")
 
 
-def test_an_observation_out_of_order_recomputes_the_sums(tmp_path, tiny_batches):
+def test_an_observation_out_of_order_recomputes_the_sums(tmp_path, tiny_batches, built):
     """An unlinked cycle with an observation before the page's previous one (accepted:
     its rows carry their own links) changes the judgement of later ones: the commit
     recomputes the sums from the history in time order."""
-    web = build(tmp_path, cycles=4)
+    web = built(tmp_path, cycles=4)
     store = HistoryStore(tmp_path)
     rows = [dict(r, changed=None, interval_days=None) for r in web.cycle(4, range(70))]
     early = {
@@ -282,8 +310,10 @@ def legacy(root: Path) -> None:
     assert not store.stats_current()
 
 
-def test_statistics_without_age_columns_are_rebuilt_on_first_estimate(tmp_path, tiny_batches):
-    build(tmp_path)
+def test_statistics_without_age_columns_are_rebuilt_on_first_estimate(
+    tmp_path, tiny_batches, built
+):
+    built(tmp_path)
     store = HistoryStore(tmp_path)
     intervals = store.page_stats()
     legacy(tmp_path)
@@ -294,8 +324,10 @@ def test_statistics_without_age_columns_are_rebuilt_on_first_estimate(tmp_path, 
     assert_sums_equal_the_scan(tmp_path)
 
 
-def test_statistics_without_age_columns_are_rebuilt_by_the_next_commit(tmp_path, tiny_batches):
-    web = build(tmp_path, cycles=4)
+def test_statistics_without_age_columns_are_rebuilt_by_the_next_commit(
+    tmp_path, tiny_batches, built
+):
+    web = built(tmp_path, cycles=4)
     legacy(tmp_path)
     commit(HistoryStore(tmp_path), 4, web.cycle(4, range(90)))
     assert HistoryStore(tmp_path).stats_current()
