@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--seed", type=int, default=0)
     plan.add_argument(
         "--cost-model",
-        choices=["credits", "bandwidth", "catalog"],
+        choices=list(COST_MODELS),
         default="credits",
         help="how a visit is priced: scraping-API credits per delivered response, proxy "
         "bandwidth (bytes incl. headers, failures too), or the catalog's cost hints",
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--budget", type=float, required=True, help="the cycle's budget, cost units")
     run.add_argument("--cycle", type=int, help="the cycle id (default: the next one)")
     run.add_argument("--host-capacity", type=float, default=500.0, help="visits per host per cycle")
-    run.add_argument("--cost-model", choices=sorted(COST_MODELS), default="credits")
+    run.add_argument("--cost-model", choices=list(COST_MODELS), default="credits")
     run.add_argument("--prior", choices=PRIOR_NAMES, default="mixture", help=PRIOR_HELP)
     run.add_argument("--seed", type=int, help="verification sample seed (default: the cycle id)")
     run.add_argument("--window", type=float, help="seconds of fetching before the rest is shed")

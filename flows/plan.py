@@ -11,19 +11,18 @@ import json
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.run_context import run_logger
+from models.cost import CostModelName
 from models.planning import Slices
 from models.prior_names import PriorName
 from tasks.history import HistoryStore
 from tasks.memory import keep_freed_memory
 from tasks.planning import adhoc_plan_name, plan_cycle
-
-CostModelName = Literal["credits", "bandwidth", "catalog"]
 
 
 def next_cycle_id(root: str | Path) -> int:

@@ -48,8 +48,9 @@ from prefect.futures import PrefectFuture, as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import ValidationError
 
-from flows.plan import CostModelName, next_cycle_id, plan_cycle_task
+from flows.plan import next_cycle_id, plan_cycle_task
 from flows.run_context import in_run, run_logger
+from models.cost import CostModelName
 from models.prior_names import PriorName
 from tasks.batch_slots import BATCH_THREADS
 from tasks.cycle import (

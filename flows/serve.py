@@ -14,13 +14,14 @@ import os
 import sys
 
 from flows.local_prefect import PrefectStartError, apply_prefect_defaults, start_local_prefect
+from models.cost import COST_MODELS
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m flows.serve", description=__doc__)
     parser.add_argument("--root", default=os.environ.get("RECRAWL_ROOT", "data"))
     parser.add_argument("--budget", type=float, default=10_000.0)
-    parser.add_argument("--cost-model", choices=["credits", "bandwidth", "catalog"])
+    parser.add_argument("--cost-model", choices=list(COST_MODELS))
     parser.add_argument(
         "--host-shards", type=int, default=64, help="0: one host:<name> tag per host"
     )

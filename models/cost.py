@@ -19,7 +19,7 @@ effective cost on top, so a cost-aware planner moves budget away from it on its 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -145,9 +145,19 @@ class CatalogCost:
         return _hint(hint, np.asarray(history.attempts).shape)
 
 
+#: The one registry of cost models, by name: the CLI's ``--cost-model`` choices and the
+#: flows' ``cost_model`` parameter type (``CostModelName``) are derived from it, so a model
+#: added here is offered everywhere.
 COST_MODELS: dict[str, CostModel] = {
     m.name: m for m in (BandwidthBilling(), CreditBilling(), CatalogCost())
 }
+
+if TYPE_CHECKING:
+    CostModelName = str
+else:
+    #: The registry's names as a type, for the flows' parameter schema (Prefect shows an
+    #: enum of them); built once, at import, from ``COST_MODELS``.
+    CostModelName = Literal[tuple(COST_MODELS)]
 
 
 def health_multiplier(
