@@ -47,7 +47,7 @@ from models.backtest import (
 )
 from models.backtest_hosts import format_host_slices
 from models.backtest_targets import check_targets, format_checks
-from models.backtest_variants import VARIANTS, register_variants
+from models.backtest_variants import VARIANTS
 from models.backtest_workloads import build_workload, measure_web_shape
 from tasks.memory import keep_freed_memory
 from tasks.policy_backtest_report import write_backtest_report
@@ -85,7 +85,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold-days", type=int, default=31, help="days 0 to this - 1")
     args = parser.parse_args(argv)
     keep_freed_memory()
-    register_variants()
     args.out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/bench_backtest.py " + " ".join(argv or sys.argv[1:])
     notes: list[str] = [f"# Policy backtest benchmark\n\nReproduce: `{command.strip()}`\n"]

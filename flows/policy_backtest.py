@@ -62,7 +62,11 @@ def add_backtest_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--objective", choices=["freshness", "age", "change_capture"], default="freshness"
     )
-    parser.add_argument("--policies", help="comma-separated policies (default: all of them)")
+    parser.add_argument(
+        "--policies",
+        help="comma-separated policies (default: the standard comparison); an unknown name "
+        "is reported with the known ones (models.backtest_registry)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--host-capacity", type=float, default=8_640.0, help="visits per host per day"
@@ -93,9 +97,7 @@ def add_backtest_arguments(parser: argparse.ArgumentParser) -> None:
 def run_from_args(args: argparse.Namespace) -> int:
     """``recrawl backtest``: print the comparison table, write the report folder."""
     from models.backtest import POLICIES, BacktestConfig, format_table
-    from models.backtest_variants import register_variants
-
-    register_variants()
+    from models.backtest_registry import check_policy_names
 
     window = None
     if args.window:
@@ -104,7 +106,11 @@ def run_from_args(args: argparse.Namespace) -> int:
         except ValueError:
             raise ValueError(f"--window must be FIRST-LAST (days), got {args.window!r}") from None
         window = (first, last + 1)
-    policies = tuple(p.strip() for p in args.policies.split(",")) if args.policies else POLICIES
+    policies = (
+        check_policy_names(p.strip() for p in args.policies.split(","))
+        if args.policies
+        else POLICIES
+    )
     config = BacktestConfig(
         workload=args.workload,
         pages=args.pages,

@@ -21,7 +21,7 @@ also the share of the oracle-minus-uniform freshness gap it closes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,11 +37,17 @@ from models.backtest_learning import (
 from models.backtest_policies import (
     NutchPolicy,
     PlannerPolicy,
-    PlannerSettings,
     Policy,
     ProportionalPolicy,
     StormCrawlerPolicy,
     UniformPolicy,
+)
+from models.backtest_registry import (
+    FACTORIES,
+    PolicyContext,
+    check_policy_names,
+    default_policies,
+    register_policy,
 )
 from models.backtest_sim import DailyMetrics, PageTotals, simulate
 from models.backtest_web import BacktestInputError, ChangeStream, FloatArray
@@ -51,18 +57,72 @@ from models.planning import Slices
 
 log = logging.getLogger(__name__)
 
-#: The policies every backtest compares, in report order.
-POLICIES = (
-    "planner",
-    "oracle",
-    "uniform",
-    "proportional",
-    "nutch",
-    "stormcrawler",
-    "naive",
-)
+# The policies every backtest compares, registered in report order (``POLICIES``).
 
-PolicyFactory = Callable[["PolicyContext"], Policy]
+
+@register_policy("planner", default=True)
+def _planner(ctx: PolicyContext) -> Policy:
+    """This project's planner: the mixture prior refitted every cycle, as ``plan_cycle`` does."""
+    learner = MixturePriorLearner(ctx.workload.web.groups, refit=every_day)
+    return PlannerPolicy(ctx.workload.web, ctx.budget, learner, ctx.planner_settings())
+
+
+@register_policy("oracle", default=True)
+def _oracle(ctx: PolicyContext) -> Policy:
+    # Told the true rates, nothing to learn: no reserved slices (an upper bound).
+    settings = ctx.planner_settings(slices=Slices(0.0, 0.0, 0.0), solve_every=10**9)
+    learner = OracleLearner(ctx.workload.truth)
+    truth = ctx.workload.truth
+    return PlannerPolicy(
+        ctx.workload.web,
+        ctx.budget,
+        learner,
+        settings,
+        name="oracle",
+        resolve_when=truth.changes_between,
+    )
+
+
+@register_policy("uniform", default=True)
+def _uniform(ctx: PolicyContext) -> Policy:
+    return UniformPolicy(ctx.workload.web, ctx.budget, seed=ctx.config.seed)
+
+
+@register_policy("proportional", default=True)
+def _proportional(ctx: PolicyContext) -> Policy:
+    learner = MixturePriorLearner(ctx.workload.web.groups)
+    return ProportionalPolicy(
+        ctx.workload.web,
+        ctx.budget,
+        learner,
+        solve_every=ctx.config.solve_every,
+        seed=ctx.config.seed,
+    )
+
+
+@register_policy("nutch", default=True)
+def _nutch(ctx: PolicyContext) -> Policy:
+    return NutchPolicy(ctx.workload.web, ctx.budget, seed=ctx.config.seed)
+
+
+@register_policy("stormcrawler", default=True)
+def _stormcrawler(ctx: PolicyContext) -> Policy:
+    return StormCrawlerPolicy(ctx.workload.web, ctx.budget, seed=ctx.config.seed)
+
+
+@register_policy("naive", default=True)
+def _naive(ctx: PolicyContext) -> Policy:
+    return PlannerPolicy(
+        ctx.workload.web, ctx.budget, NaiveLearner(), ctx.planner_settings(), name="naive"
+    )
+
+
+#: The policies every backtest compares, in report order (the ``default`` registrations).
+POLICIES = default_policies()
+
+
+def build_policies(names: Sequence[str], ctx: PolicyContext) -> list[Policy]:
+    return [FACTORIES[name](ctx) for name in check_policy_names(names)]
 
 
 @dataclass(frozen=True)
@@ -98,87 +158,6 @@ class BacktestConfig:
                 f"window {lo}-{hi - 1} must lie within days {first}-{self.days - 1}"
             )
         return lo, hi
-
-
-@dataclass(frozen=True)
-class PolicyContext:
-    """What a policy factory may use. ``workload.truth`` is for the oracle only."""
-
-    workload: Workload
-    budget: float
-    config: BacktestConfig
-
-    def planner_settings(
-        self, *, slices: Slices | None = None, solve_every: int | None = None
-    ) -> PlannerSettings:
-        """The run's planner settings (objective, cadence, seed), optionally changed."""
-        return PlannerSettings(
-            objective=OBJECTIVES[self.config.objective],
-            slices=slices or Slices(),
-            solve_every=solve_every or self.config.solve_every,
-            seed=self.config.seed,
-        )
-
-
-def _planner(ctx: PolicyContext) -> Policy:
-    """This project's planner: the mixture prior refitted every cycle, as ``plan_cycle`` does."""
-    learner = MixturePriorLearner(ctx.workload.web.groups, refit=every_day)
-    return PlannerPolicy(ctx.workload.web, ctx.budget, learner, ctx.planner_settings())
-
-
-def _oracle(ctx: PolicyContext) -> Policy:
-    # Told the true rates, nothing to learn: no reserved slices (an upper bound).
-    settings = ctx.planner_settings(slices=Slices(0.0, 0.0, 0.0), solve_every=10**9)
-    learner = OracleLearner(ctx.workload.truth)
-    truth = ctx.workload.truth
-    return PlannerPolicy(
-        ctx.workload.web,
-        ctx.budget,
-        learner,
-        settings,
-        name="oracle",
-        resolve_when=truth.changes_between,
-    )
-
-
-def _naive(ctx: PolicyContext) -> Policy:
-    return PlannerPolicy(
-        ctx.workload.web, ctx.budget, NaiveLearner(), ctx.planner_settings(), name="naive"
-    )
-
-
-def _proportional(ctx: PolicyContext) -> Policy:
-    learner = MixturePriorLearner(ctx.workload.web.groups)
-    return ProportionalPolicy(
-        ctx.workload.web,
-        ctx.budget,
-        learner,
-        solve_every=ctx.config.solve_every,
-        seed=ctx.config.seed,
-    )
-
-
-#: Policy name -> factory. Variants for experiments register themselves here.
-FACTORIES: dict[str, PolicyFactory] = {
-    "planner": _planner,
-    "oracle": _oracle,
-    "naive": _naive,
-    "proportional": _proportional,
-    "uniform": lambda ctx: UniformPolicy(ctx.workload.web, ctx.budget, seed=ctx.config.seed),
-    "nutch": lambda ctx: NutchPolicy(ctx.workload.web, ctx.budget, seed=ctx.config.seed),
-    "stormcrawler": lambda ctx: StormCrawlerPolicy(
-        ctx.workload.web, ctx.budget, seed=ctx.config.seed
-    ),
-}
-
-
-def build_policies(names: Sequence[str], ctx: PolicyContext) -> list[Policy]:
-    unknown = [n for n in names if n not in FACTORIES]
-    if unknown:
-        raise BacktestInputError(
-            f"unknown policies {unknown}; known: {', '.join(sorted(FACTORIES))}"
-        )
-    return [FACTORIES[name](ctx) for name in names]
 
 
 @dataclass(frozen=True)
@@ -426,3 +405,8 @@ def format_bands(result: BacktestResult) -> str:
             f"{label:<14}{result.bands['pages'][i]:>7.1%}{result.bands['value'][i]:>7.1%}{cells}"
         )
     return "\n".join(lines)
+
+
+# The planner variants register on import, after the default comparison: importing this
+# module fills the one registry (``models.backtest_registry``).
+from models import backtest_variants as _variants  # noqa: E402, F401

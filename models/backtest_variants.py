@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.backtest import FACTORIES, PolicyContext
 from models.backtest_learning import (
     EmpiricalBayesLearner,
     Estimate,
@@ -34,21 +33,10 @@ from models.backtest_learning import (
     every_day,
 )
 from models.backtest_policies import PlannerPolicy, Policy, Selector
+from models.backtest_registry import FACTORIES, PolicyContext, register_policy
 from models.backtest_select import select_nearest_due, select_with_horizon, select_with_probes
 from models.backtest_web import IntArray, RateSchedule
 from models.planning import Slices
-
-VARIANTS = (
-    "planner-gamma",
-    "planner-weekly",
-    "planner+probe",
-    "planner+recent",
-    "planner+lean",
-    "planner+horizon",
-    "planner+nearest",
-    "oracle+slices",
-    "oracle-groups",
-)
 
 
 def _prior_variant(
@@ -59,6 +47,7 @@ def _prior_variant(
     recent: bool = False,
     weekly: bool = False,
 ) -> None:
+    @register_policy(name)
     def build(ctx: PolicyContext) -> Policy:
         groups = ctx.workload.web.groups
         refit = default_refit_days if weekly else every_day
@@ -68,8 +57,6 @@ def _prior_variant(
         return PlannerPolicy(
             ctx.workload.web, ctx.budget, learner, settings, name=name, selector=selector
         )
-
-    FACTORIES[name] = build
 
 
 def _oracle_with_slices(ctx: PolicyContext) -> Policy:
@@ -120,14 +107,21 @@ def _gamma_planner(ctx: PolicyContext) -> Policy:
     )
 
 
+# Registered in report order (``VARIANTS``).
+register_policy("planner-gamma")(_gamma_planner)
+_prior_variant("planner-weekly", weekly=True)
+_prior_variant("planner+probe", selector=select_with_probes)
+_prior_variant("planner+recent", recent=True)
+_prior_variant("planner+lean", slices=Slices(0.05, 0.02, 0.01))
+_prior_variant("planner+horizon", selector=select_with_horizon)
+_prior_variant("planner+nearest", selector=select_nearest_due)
+register_policy("oracle+slices")(_oracle_with_slices)
+register_policy("oracle-groups")(_group_oracle)
+
+#: The variants' names, in registration order (the ones this module registered).
+VARIANTS = tuple(name for name, build in FACTORIES.items() if build.__module__ == __name__)
+
+
 def register_variants() -> None:
-    """Add the variants to ``models.backtest.FACTORIES`` (idempotent)."""
-    FACTORIES["planner-gamma"] = _gamma_planner
-    _prior_variant("planner-weekly", weekly=True)
-    _prior_variant("planner+probe", selector=select_with_probes)
-    _prior_variant("planner+recent", recent=True)
-    _prior_variant("planner+lean", slices=Slices(0.05, 0.02, 0.01))
-    _prior_variant("planner+horizon", selector=select_with_horizon)
-    _prior_variant("planner+nearest", selector=select_nearest_due)
-    FACTORIES["oracle+slices"] = _oracle_with_slices
-    FACTORIES["oracle-groups"] = _group_oracle
+    """Does nothing: the variants are registered when this module is imported (which
+    ``models.backtest`` does). Kept for callers written when this filled the table."""
