@@ -26,6 +26,21 @@ PRIOR_HELP = (
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    keep_freed_memory()
+    if args.command in STARTS_PREFECT:
+        apply_prefect_defaults(
+            quiet=not getattr(args, "verbose", False), keep_events=args.command != "demo"
+        )
+    try:
+        return _COMMANDS[args.command](args)
+    except (ValueError, RuntimeError, OSError) as exc:  # OSError: a path given (ENAMETOOLONG...)
+        print(f"recrawl {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``recrawl`` commands and options; choices are read from the registries now."""
     parser = argparse.ArgumentParser(prog="recrawl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -140,18 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sandbox = sub.add_parser("sandbox", help="serve the sandbox web on loopback (Ctrl-C stops)")
     add_serve_arguments(sandbox)
-
-    args = parser.parse_args(argv)
-    keep_freed_memory()
-    if args.command in STARTS_PREFECT:
-        apply_prefect_defaults(
-            quiet=not getattr(args, "verbose", False), keep_events=args.command != "demo"
-        )
-    try:
-        return _COMMANDS[args.command](args)
-    except (ValueError, RuntimeError, OSError) as exc:  # OSError: a path given (ENAMETOOLONG...)
-        print(f"recrawl {args.command}: {exc}", file=sys.stderr)
-        return 2
+    return parser
 
 
 def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -240,6 +244,7 @@ def _synthetic(args: argparse.Namespace) -> int:
 
 def _estimate(args: argparse.Namespace) -> int:
     from tasks.catalog import require_store
+    from tasks.durable import durable_write
     from tasks.estimation import load_rate_estimates
 
     require_store(args.root)
@@ -247,7 +252,7 @@ def _estimate(args: argparse.Namespace) -> int:
         raise ValueError(f"--out must be a file in an existing folder, got {args.out}")
     frame = load_rate_estimates(args.root, prior=args.prior)
     if args.out:
-        frame.to_parquet(args.out, index=False)
+        durable_write(args.out, lambda handle: frame.to_parquet(handle, index=False))
         print(f"wrote {len(frame)} estimates to {args.out}")
     else:
         print(frame["rate"].describe().to_string())

@@ -17,7 +17,7 @@ from flows.local_prefect import PrefectStartError, apply_prefect_defaults, start
 from models.cost import COST_MODELS
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m flows.serve", description=__doc__)
     parser.add_argument("--root", default=os.environ.get("RECRAWL_ROOT", "data"))
     parser.add_argument("--budget", type=float, default=10_000.0)
@@ -25,7 +25,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--host-shards", type=int, default=64, help="0: one host:<name> tag per host"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     apply_prefect_defaults(quiet=False)  # before Prefect is imported; a served process logs
     from prefect import serve
 
