@@ -1,5 +1,6 @@
 """Plans price visits from the history: billing model, then host health."""
 
+import shutil
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -48,6 +49,19 @@ def build(root, *, unhealthy_host=None, big_host=None, cycles=12, pages=40):
     return root
 
 
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    """``healthy(root)``: a copy of ``build()``'s store at ``root`` (built once: 12 commits)."""
+    source = build(tmp_path_factory.mktemp("healthy") / "root")
+
+    def copy_to(root):
+        # new files, new times: as fresh as a build (the store sweeps old leftovers by age)
+        shutil.copytree(source, root, copy_function=shutil.copy, dirs_exist_ok=True)
+        return root
+
+    return copy_to
+
+
 def by_host(plan):
     return plan.groupby("host")["cost"].agg(["count", "mean"])
 
@@ -75,8 +89,8 @@ def test_bandwidth_prices_big_pages_from_their_bytes(tmp_path):
     assert result.cost_model == "bandwidth"
 
 
-def test_healthy_equal_hosts_are_priced_alike(tmp_path):
-    root = build(tmp_path)
+def test_healthy_equal_hosts_are_priced_alike(tmp_path, healthy):
+    root = healthy(tmp_path)
     plan = pd.read_parquet(plan_cycle(root, 12, budget=60.0, host_capacity=100, now=LATER).path)
     costs = by_host(plan)["mean"]
     assert costs["a.test"] == pytest.approx(costs["b.test"])
@@ -88,9 +102,9 @@ def test_unknown_cost_model_is_named(tmp_path):
         plan_cycle(root, 2, budget=3.0, cost_model="gold")
 
 
-def test_refused_addresses_sent_nothing_so_they_are_not_priced(tmp_path):
+def test_refused_addresses_sent_nothing_so_they_are_not_priced(tmp_path, healthy):
     """A ``refused_address`` row never left the machine: it is no attempt for pricing."""
-    root = build(tmp_path)
+    root = healthy(tmp_path)
     store = HistoryStore(root)
     refused = store.read([11]).to_pandas()
     refused = refused[refused["host"] == "b.test"].assign(
