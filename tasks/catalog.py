@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from models.schemas import CATALOG_REQUIRED, CATALOG_SCHEMA
 from models.urls import InvalidURLError, normalize, url_host, url_id, url_length_problem
-from tasks.history import HistoryCorruptError, _write_parquet, connect, verify_sidecar
+from tasks.history import HistoryCorruptError, connect, verify_sidecar, write_checked_parquet
 
 DEFAULTS = {"value": 1.0, "cost": 1.0, "source": "seed"}
 #: Nullable columns a caller may leave out (sitemap signals of discovered pages; what the
@@ -118,7 +118,7 @@ class CatalogStore:
                ORDER BY host, url_id"""
         ).to_arrow_table()
         merged = merged.select(CATALOG_SCHEMA.names).cast(CATALOG_SCHEMA)
-        _write_parquet(merged, self.path, sidecar=True)
+        write_checked_parquet(merged, self.path)
         return merged.num_rows
 
     def update_sitemap_signals(self, signals: pa.Table) -> int:
@@ -162,9 +162,7 @@ class CatalogStore:
                FROM old o LEFT JOIN (SELECT DISTINCT ON (url_id) * FROM sig) s USING (url_id)
                ORDER BY host, url_id"""
         ).to_arrow_table()
-        _write_parquet(
-            merged.select(CATALOG_SCHEMA.names).cast(CATALOG_SCHEMA), self.path, sidecar=True
-        )
+        write_checked_parquet(merged.select(CATALOG_SCHEMA.names).cast(CATALOG_SCHEMA), self.path)
         return updated
 
     def update_pages(self, updates: pa.Table) -> int:
@@ -208,7 +206,7 @@ class CatalogStore:
             old = old.set_column(old.schema.get_field_index(name), name, after)
         count = int(pc.sum(changed).as_py() or 0)
         if count:
-            _write_parquet(old.cast(CATALOG_SCHEMA), self.path, sidecar=True)
+            write_checked_parquet(old.cast(CATALOG_SCHEMA), self.path)
         return count
 
 

@@ -43,7 +43,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
 import shutil
 import threading
 import time
@@ -69,6 +68,7 @@ from tasks.batch_slots import ActiveBatches, process_batches
 from tasks.catalog import CatalogStore
 from tasks.cycle_archive import CycleArchive, previous_captures, with_archived_files
 from tasks.cycle_content import PageCollector, write_batch_content
+from tasks.durable import durable_write_parquet, durable_write_text
 from tasks.fetch import EngineState, FetchRequest, fetch_batch
 from tasks.fetch_metrics import BatchMetrics
 from tasks.fetch_rows import AttemptCost, CostHook, RecordDigest, RecordHasher
@@ -311,7 +311,7 @@ def split_plan(
         name = f"batch-{number:05d}"
         path = folder / "batches" / f"{name}.parquet"
         chunk = requests.slice(start, stop - start)
-        pq.write_table(chunk, path)
+        durable_write_parquet(chunk, path)
         batch_hosts = tuple(dict.fromkeys(hosts[start:stop].tolist()))
         previous = None if after is None else f"batch-{after:05d}"
         shard = None if shards is None else int(shards[start])
@@ -733,28 +733,16 @@ def read_part(path: str | Path) -> pa.Table:
 
 
 def _write_part(table: pa.Table, path: Path) -> None:
-    """Write a part durably and atomically (temporary name, fsync, rename).
+    """Write a part durably and atomically (``tasks.durable``).
 
     A failed write (a full disk) leaves no temporary file and raises HistoryWriteError
     naming the part and the cause.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        pq.write_table(table, tmp)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
+        durable_write_parquet(table, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise write_error(f"part of {path.stem} (not committed yet)", path, exc) from exc
-    os.replace(tmp, path)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, default=str)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    durable_write_text(path, json.dumps(data, default=str))

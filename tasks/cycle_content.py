@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -48,7 +46,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from models.discovery import (
     Candidate,
@@ -62,6 +59,7 @@ from models.simhash import NEAR_DUPLICATE_BITS, near_duplicate_clusters
 from models.urls import InvalidURLError, canonical, url_host, url_id
 from tasks.catalog import CatalogStore
 from tasks.discovery import DiscoverySettings, land
+from tasks.durable import durable_write_parquet, durable_write_text
 from tasks.fetch_rows import RecordDigest, RecordHasher
 from tasks.history import HistoryStore, connect
 from tasks.robots import RobotsCache, RobotsRules
@@ -195,10 +193,7 @@ def write_batch_content(
         schema=_CONTENT_SCHEMA,
     )
     path = folder / CONTENT_DIR / f"{batch_name}.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    durable_write_parquet(table, path)
     return path
 
 
@@ -516,10 +511,4 @@ def _near_duplicates(
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=1, default=str)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    durable_write_text(path, json.dumps(data, indent=1, default=str))

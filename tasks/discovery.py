@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -52,6 +50,7 @@ from models.seen import BloomFilter, ExactSeenSet
 from models.simhash import SimhashIndex
 from models.urls import InvalidURLError, normalize
 from tasks.catalog import CatalogStore
+from tasks.durable import durable_write_bytes
 from tasks.history import HistoryStore, connect
 from tasks.robots import RobotsRules
 from tasks.sitemaps import (
@@ -383,10 +382,4 @@ def load_seen_links(root: str | Path, settings: DiscoverySettings) -> BloomFilte
 
 def save_seen_links(root: str | Path, bloom: BloomFilter) -> None:
     path = Path(root) / "pages" / BLOOM_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(bloom.to_bytes())
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    durable_write_bytes(path, bloom.to_bytes())

@@ -15,6 +15,7 @@ from models.rate_data import PageAges, moments_with_last_modified
 from models.schemas import LM_EVIDENCE_COLUMNS
 from models.validators import LM_CODES
 from tasks.catalog import CatalogStore
+from tasks.durable import durable_write
 from tasks.history import HistoryStore, connect
 from tasks.history_stats import AGE_COLUMNS, INTERVAL_COLUMNS
 
@@ -213,13 +214,10 @@ def write_rate_estimates(
     """Estimate and write ``<root>/estimates/latest.parquet``; return its path, row count
     and the line naming the prior used (``frame.attrs["prior_description"]``).
 
-    The file is written to a temporary name and renamed, so readers see the old or the
-    new estimates, never a partial file.
+    The file is written durably (``tasks.durable``), so readers see the old or the new
+    estimates, never a partial file.
     """
     frame = load_rate_estimates(root, prior=prior)
     path = Path(root) / "estimates" / "latest.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(path)
+    durable_write(path, lambda handle: frame.to_parquet(handle, index=False))
     return path, len(frame), str(frame.attrs["prior_description"])

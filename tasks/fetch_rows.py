@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from models.redaction import redact_url
 from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
 from models.urls import InvalidURLError, normalize, url_id
+from tasks.durable import durable_write_parquet
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +141,9 @@ def with_urls(rows: pa.Table, urls: list[str]) -> pa.Table:
 
 
 def write_rows_file(rows: pa.Table, path: Path) -> None:
-    """Write a fetch's rows to ``path`` (a temporary name, then renamed: a failed write
-    leaves no half file); ``OSError`` becomes a one-line ``ValueError`` naming the file."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Write a fetch's rows to ``path`` durably (``tasks.durable``: a failed write leaves no
+    half file); ``OSError`` becomes a one-line ``ValueError`` naming the file."""
     try:
-        pq.write_table(rows, tmp)
-        tmp.replace(path)
+        durable_write_parquet(rows, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ValueError(f"could not write the rows to {path}: {exc.strerror or exc}") from None

@@ -76,6 +76,7 @@ from models.schemas import (
     PAGE_STATS_FILE_SCHEMA,
     PAGE_STATS_SCHEMA,
 )
+from tasks.durable import durable_rename, durable_write_text, staged
 from tasks.history_link import LinkOutput, link_staged, linked_in_staged_order, merge_rows
 from tasks.history_stats import (
     AGE_COLUMNS,
@@ -409,17 +410,10 @@ class HistoryStore:
         manifest["committed_at"] = datetime.now(UTC).isoformat()
         self._record_digests(manifest)
         manifest[MANIFEST_DIGEST] = _manifest_digest(manifest)
-        tmp = self.dir / f".{MANIFEST}.{uuid.uuid4().hex}.tmp"
         try:
-            with open(tmp, "w") as handle:
-                json.dump(manifest, handle, indent=1, sort_keys=True)
-                handle.flush()
-                os.fsync(handle.fileno())
+            durable_write_text(self.dir / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise write_error("manifest", self.dir / MANIFEST, exc) from exc
-        os.replace(tmp, self.dir / MANIFEST)
-        _fsync_dir(self.dir)
         for rel_path in previously_retired:
             target = self.dir / rel_path
             if target.is_dir():
@@ -458,9 +452,9 @@ class HistoryStore:
             rel_path = f"_stats/{stats_file.name}"
             if rel_path not in keep and now - stats_file.stat().st_mtime > 60:
                 stats_file.unlink(missing_ok=True)
-        for staged in (self.dir / "_staging").glob("*"):
-            if now - staged.stat().st_mtime > STAGING_MAX_AGE_S:
-                shutil.rmtree(staged, ignore_errors=True)
+        for leftover in (self.dir / "_staging").glob("*"):
+            if now - leftover.stat().st_mtime > STAGING_MAX_AGE_S:
+                shutil.rmtree(leftover, ignore_errors=True)
 
     def _checked(self, read: Any, files: list[str]) -> Any:
         """Run a read; if DuckDB or Arrow fails, name the unreadable file(s)."""
@@ -913,8 +907,8 @@ class TableStream:
 def _write_parquet(
     rows: pa.Table | TableStream, path: Path, *, digest: bool = True, sidecar: bool = False
 ) -> int:
-    """Write a Parquet file durably: to a temporary name, fsync, rename (no leftover on
-    error); return its row count.
+    """Write a Parquet file durably (``tasks.durable``: no leftover on error); return its
+    row count.
 
     A table is written at once; a stream a row group of about COMMIT_BATCH_ROWS at a
     time, so memory is one row group whatever the file's size. With ``digest`` the file
@@ -922,28 +916,27 @@ def _write_parquet(
     read); with ``sidecar`` the digest is also kept next to it (``write_sidecar``), for a
     file no manifest names.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
+    with staged(path) as tmp:
         if isinstance(rows, TableStream):
             count = _write_row_groups(rows.tables, tmp, rows.schema)
         else:
             pq.write_table(rows, tmp, compression="zstd", row_group_size=1 << 20)
             count = rows.num_rows
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-            written = _handle_digest(handle) if digest or sidecar else None
+        written = file_digest(tmp) if digest or sidecar else None
         if sidecar and written is not None:
             write_sidecar(tmp, path, written)
         else:
-            os.replace(tmp, path)
-            _fsync_dir(path.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+            durable_rename(tmp, path)
     if written is not None:
         _remember(path, written)
     return count
+
+
+def write_checked_parquet(table: pa.Table, path: Path) -> int:
+    """Write a Parquet file that no manifest names (the catalog, the cycle reports) durably
+    (``tasks.durable``), its digest kept beside it for ``verify_sidecar``; return its row
+    count."""
+    return _write_parquet(table, path, sidecar=True)
 
 
 # ---------------------------------------------------------------------- integrity
@@ -1066,17 +1059,7 @@ def _sidecar_digests(path: Path) -> list[str] | None:
 
 
 def _put_sidecar(path: Path, digests: list[str]) -> None:
-    side = sidecar_path(path)
-    tmp = side.with_name(f".{side.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "w") as handle:
-            json.dump({"file": path.name, DIGEST: digests}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, side)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    durable_write_text(sidecar_path(path), json.dumps({"file": path.name, DIGEST: digests}))
 
 
 def write_sidecar(tmp: Path, path: Path, digest: str) -> None:
@@ -1094,10 +1077,8 @@ def write_sidecar(tmp: Path, path: Path, digest: str) -> None:
         if previous is None and path.exists():
             previous = [file_digest(path)]  # a file from before sidecars
         _put_sidecar(path, [*(previous or []), digest])
-        _fsync_dir(path.parent)
-        os.replace(tmp, path)
+        durable_rename(tmp, path)
         _put_sidecar(path, [digest])
-        _fsync_dir(path.parent)
 
 
 def verify_sidecar(path: Path, what: str, remedy: str) -> None:
@@ -1156,11 +1137,3 @@ def _remove(paths: list[Path]) -> None:
             path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             path.parent.rmdir()  # only if empty (a new cycle=<id> folder)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

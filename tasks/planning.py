@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +24,7 @@ from models.discovery import NEAR_DUPLICATE_VALUE
 from models.planning import REASONS, Candidates, PlanningInputError, Slices, select_batch
 from models.schemas import NOT_SENT_OUTCOMES, OBSERVATION_OUTCOMES
 from tasks.catalog import CatalogStore
+from tasks.durable import durable_write
 from tasks.estimation import load_rate_estimates
 from tasks.history import HistoryStore, connect
 
@@ -210,17 +210,8 @@ def plan_cycle(
         }
     )
     path = plan_path(root, cycle_id, adhoc_name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    frame.to_parquet(tmp, index=False)
-    with open(tmp, "rb") as handle:  # durable before it is named: a crash leaves old or new
-        os.fsync(handle.fileno())
-    tmp.replace(path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    # durable before it is named: a crash leaves old or new
+    durable_write(path, lambda handle: frame.to_parquet(handle, index=False))
     summary = plan.summary()
     summary["allocated_expected_freshness"] = allocation.expected_freshness
     return PlanResult(path, summary, model.name, str(est.attrs["prior_description"]))

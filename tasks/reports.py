@@ -9,6 +9,7 @@ its row), which is what the freshness-over-cycles plot draws.
 from __future__ import annotations
 
 import base64
+import io
 import json
 import math
 import mimetypes
@@ -24,7 +25,8 @@ from matplotlib.ticker import MaxNLocator
 
 from models.planning import REASONS
 from models.schemas import NOT_SENT_OUTCOMES, OBSERVATION_OUTCOMES
-from tasks.history import HistoryStore, _write_parquet, connect, verify_sidecar
+from tasks.durable import durable_write_bytes
+from tasks.history import HistoryStore, connect, verify_sidecar, write_checked_parquet
 
 REPORTS = "reports"
 #: At most this many base64 bytes of plots go into the summary artifact. Prefect 3's server
@@ -197,7 +199,7 @@ def record_cycle(root: str | Path, numbers: CycleNumbers) -> pd.DataFrame:
         old = pd.read_parquet(path)
         new = pd.concat([old[old["cycle_id"] != numbers.cycle_id], new], ignore_index=True)
     new = new.sort_values("cycle_id").reset_index(drop=True)
-    _write_parquet(pa.Table.from_pandas(new, preserve_index=False), path, sidecar=True)
+    write_checked_parquet(pa.Table.from_pandas(new, preserve_index=False), path)
     return new
 
 
@@ -214,6 +216,12 @@ def _figure() -> tuple[Figure, Any]:
     fig = Figure(figsize=(6, 3.2))
     fig.subplots_adjust(left=0.11, right=0.98, bottom=0.15, top=0.91)
     return fig, fig.subplots()
+
+
+def _save_png(fig: Figure, path: Path) -> None:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=100, format="png")
+    durable_write_bytes(path, buffer.getvalue())
 
 
 def write_plots(
@@ -241,7 +249,7 @@ def write_plots(
     ax.set_ylim(-0.02, 1.02)  # points at 0 and 1 stay whole
     ax.legend(loc="best")
     paths["freshness"] = folder / "freshness.png"
-    fig.savefig(paths["freshness"], dpi=100)
+    _save_png(fig, paths["freshness"])
 
     fig, ax = _figure()
     names = list(numbers.spent_by_slice)
@@ -249,7 +257,7 @@ def write_plots(
     ax.set_ylabel("budget spent (planned)")
     ax.set_title(f"cycle {cycle_id}: budget by slice")
     paths["budget"] = folder / "budget_by_slice.png"
-    fig.savefig(paths["budget"], dpi=100)
+    _save_png(fig, paths["budget"])
 
     fig, ax = _figure()
     positive = rates[np.isfinite(rates) & (rates > 0)]
@@ -258,7 +266,7 @@ def write_plots(
     ax.set_xlabel("log10 estimated change rate (per day)")
     ax.set_ylabel("pages")
     paths["rates"] = folder / "rate_distribution.png"
-    fig.savefig(paths["rates"], dpi=100)
+    _save_png(fig, paths["rates"])
     return paths
 
 

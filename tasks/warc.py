@@ -4,7 +4,7 @@ per record, in large files per cycle.
 Layout under ``<root>/warc/cycle=<id>/``::
 
     recrawl-<cycle>-<UTC time>-<part>-<seq>.warc.gz      published files (closed, complete)
-    .recrawl-<...>.warc.gz.tmp                           a file being written
+    .recrawl-<...>.warc.gz.<hex>.tmp                     a file being written
 
 Each file opens with a ``warcinfo`` record. Every exchange that got an HTTP answer (2xx, 304,
 4xx, 5xx alike) becomes a ``request`` record (secrets stripped, ``models.redaction``) and a
@@ -18,12 +18,13 @@ history's ``warc_file``/``warc_offset``), asked only for 2xx and 304 answers. Ev
 carries ``WARC-Block-Digest`` and, where it has a payload, ``WARC-Payload-Digest`` (SHA-1,
 base 32, as warcio computes).
 
-Crash safety: a file is written under a temporary name and renamed into place, after an fsync,
-only when it is complete (``close`` or rotation at ``max_file_bytes``). The history must be
-committed only after the writer is closed (``with WarcWriter(...) as warc: ...`` then
-``write_cycle``); a process killed before that leaves temporary files that no history row
-names and that ``remove_stale_temp_files`` deletes. A record that fails half-way (disk full)
-is cut off again, so a published file never holds a partial record.
+Crash safety: a file is written under a temporary name and renamed into place durably
+(``tasks.durable.durable_rename``: fsync, rename, fsync of the folder) only when it is
+complete (``close`` or rotation at ``max_file_bytes``). The history must be committed only
+after the writer is closed (``with WarcWriter(...) as warc: ...`` then ``write_cycle``); a
+process killed before that leaves temporary files that no history row names and that
+``remove_stale_temp_files`` deletes. A record that fails half-way (disk full) is cut off
+again, so a published file never holds a partial record.
 
 Bodies: the fetch engine hands over the body it decoded (gzip removed). Such a body is stored
 as it is and the headers that described the wire form are renamed ``X-Archive-Orig-*``
@@ -40,7 +41,6 @@ import dataclasses
 import hashlib
 import io
 import logging
-import os
 import threading
 import time
 import uuid
@@ -62,6 +62,7 @@ from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
 from models.redaction import DEFAULT_POLICY, RedactionPolicy, redact_headers, redact_url
+from tasks.durable import durable_rename, fsync_dir, temp_path
 
 log = logging.getLogger(__name__)
 
@@ -375,7 +376,7 @@ class WarcWriter:
         name = f"{self.settings.prefix}-{self.cycle_id}-{stamp}-{self.part}-{self._seq:05d}.warc.gz"
         self._seq += 1
         self._name = name
-        self._temp = self.dir / f".{name}.tmp"
+        self._temp = temp_path(self.dir / name)
         self._handle = open(self._temp, "wb", buffering=1 << 20)  # noqa: SIM115 (kept open)
         info = {
             "software": self.settings.software,
@@ -411,16 +412,14 @@ class WarcWriter:
         return offset, len(member)
 
     def _publish(self) -> None:
-        """fsync and rename the open file into place (nothing to do if none is open)."""
+        """Close the open file and rename it into place durably (nothing to do if none is
+        open)."""
         handle, temp, name = self._handle, self._temp, self._name
         if handle is None or temp is None or name is None:
             return
         self._handle = self._temp = None
-        handle.flush()
-        os.fsync(handle.fileno())
         handle.close()
-        os.replace(temp, self.dir / name)
-        _fsync_dir(self.dir)
+        durable_rename(temp, self.dir / name)
         self.published.append(self._relative(name))
         log.debug("published WARC file %s", name)
 
@@ -509,7 +508,8 @@ def remove_stale_temp_files(root: str | Path, older_than_s: float = TEMP_MAX_AGE
     """Delete temporary WARC files left by killed writers; returns how many were removed."""
     removed = 0
     now = time.time()
-    for temp in (Path(root) / WARC_DIR).glob("cycle=*/.*.warc.gz.tmp"):
+    # ``.<name>.<hex>.tmp`` (tasks.durable.temp_path), and ``.<name>.tmp`` of older writers
+    for temp in (Path(root) / WARC_DIR).glob("cycle=*/.*.warc.gz*.tmp"):
         with contextlib.suppress(OSError):
             if now - temp.stat().st_mtime >= older_than_s:
                 temp.unlink()
@@ -536,13 +536,5 @@ def remove_orphaned_files(
             path.unlink()
             removed.append(relative)
     if removed:
-        _fsync_dir(folder)
+        fsync_dir(folder)
     return removed
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
