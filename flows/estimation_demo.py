@@ -17,6 +17,7 @@ import pandas as pd
 from models.change_rate import improved_rate, naive_rate
 from models.synthetic import generate_history, generate_web
 from tasks.catalog import CatalogStore
+from tasks.durable import durable_write_text
 from tasks.estimation import load_rate_estimates
 from tasks.history import HistoryStore
 
@@ -52,7 +53,7 @@ def clear_synthetic_root(root: Path) -> None:
             )
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
-    (root / MARKER).write_text("written by recrawl synthetic; it replaces this folder\n")
+    durable_write_text(root / MARKER, "written by recrawl synthetic; it replaces this folder\n")
 
 
 def run_estimation_demo(

@@ -20,6 +20,7 @@ from flows.run_context import run_logger
 from models.cost import CostModelName
 from models.planning import Slices
 from models.prior_names import PriorName
+from tasks.durable import durable_write_text
 from tasks.history import HistoryStore
 from tasks.memory import keep_freed_memory
 from tasks.planning import adhoc_plan_name, plan_cycle
@@ -68,10 +69,11 @@ def plan_cycle_task(
         prior=prior,
     )
     summary = {k: float(v) for k, v in result.summary.items()}
-    summary_path(result.path).write_text(
+    durable_write_text(
+        summary_path(result.path),
         json.dumps(
             {"cycle": cycle, "cost_model": result.cost_model, "prior": result.prior, **summary}
-        )
+        ),
     )
     run_logger().info(
         "planned cycle %s: %d pages, %.1f of %.1f spent (%s), %.1f changes expected; %s",

@@ -74,6 +74,7 @@ from tasks.cycle_content import (
     content_pending,
     read_near_duplicate_report,
 )
+from tasks.durable import durable_write_text
 from tasks.fetch import EngineState
 from tasks.fetch_settings import FetchSettings
 from tasks.host_limits import ensure_tag_limits
@@ -248,7 +249,7 @@ def report_cycle_task(
         read_near_duplicate_report(root, cycle),
         prior=str(estimates.attrs["prior_description"]),
     )
-    (plots["freshness"].parent / "summary.md").write_text(markdown)
+    durable_write_text(plots["freshness"].parent / "summary.md", markdown)
     if in_run():
         create_markdown_artifact(
             embed_plots(markdown, plots),
