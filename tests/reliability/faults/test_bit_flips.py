@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import flows.cli
 from flows.estimation_demo import run_estimation_demo
 from tasks.catalog import CatalogStore
 from tasks.history import HistoryCorruptError, HistoryStore, connect
@@ -146,9 +147,26 @@ def test_a_flip_anywhere_in_a_file_is_found(store_root, kind):
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m flows.cli ARGS`` in a process of its own: the entry point itself."""
     return subprocess.run(
         [sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, cwd=REPO
     )
+
+
+def cli_in_process(monkeypatch, capsys, *args: str) -> subprocess.CompletedProcess[str]:
+    """``recrawl ARGS`` in this process (a process start costs seconds of imports), as
+    ``cli`` gives it. The process-wide settings ``main`` makes for a process of its own
+    (Prefect's environment defaults, glibc's keep-freed-memory policy) are left out; an
+    exception escaping ``main`` (the traceback ``cli`` would show) fails the test."""
+    monkeypatch.setattr(flows.cli, "apply_prefect_defaults", lambda **_: None)
+    monkeypatch.setattr(flows.cli, "keep_freed_memory", lambda: False)
+    capsys.readouterr()
+    try:
+        code = flows.cli.main(list(args))
+    except SystemExit as exc:  # argparse
+        code = exc.code if isinstance(exc.code, int) else 2
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["recrawl", *args], code, out, err)
 
 
 #: Commands that read each kind of file (``estimate`` reads the statistics, not the parts).
@@ -160,7 +178,9 @@ CLI_READERS = {
 
 
 @pytest.mark.parametrize("kind", sorted(CLI_READERS))
-def test_the_cli_prints_one_line_and_exits_2(store_root, tmp_path, kind):
+def test_the_cli_prints_one_line_and_exits_2(store_root, tmp_path, kind, monkeypatch, capsys):
+    """Each command in this process; the first of the part's also through the real entry
+    point (``python -m flows.cli``), once, so a traceback printed outside ``main`` shows."""
     store = HistoryStore(store_root)
     path = {
         "part": lambda: Path(store.files([1])[0]),
@@ -171,8 +191,13 @@ def test_the_cli_prints_one_line_and_exits_2(store_root, tmp_path, kind):
     csv.write_text("url\nhttp://new.test/page\n")
     flip(path, "middle")
     before = snapshot(store_root)
-    for args in CLI_READERS[kind]:
-        done = cli(*[a.format(csv=csv) for a in args], "--root", str(store_root))
+    runs = [(cli_in_process, args) for args in CLI_READERS[kind]]
+    if kind == "part":
+        runs.insert(0, (lambda _m, _c, *a: cli(*a), CLI_READERS[kind][0]))
+    for run, args in runs:
+        done = run(
+            monkeypatch, capsys, *[a.format(csv=csv) for a in args], "--root", str(store_root)
+        )
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert str(path) in done.stderr and "Traceback" not in done.stderr, args
         assert done.stderr.count("\n") == 1, done.stderr
