@@ -469,7 +469,7 @@ def run_cli(space: Workspace, argv: list[str], catalog: tuple[str, bytes] | None
 
 def _fuzz(
     name: str,
-    examples: int,
+    examples: float,
     prop: Callable[..., None],
     explicit: list[dict[str, Any]],
     **strategies: st.SearchStrategy[Any],
@@ -485,7 +485,7 @@ def _fuzz(
     for kwargs in explicit:
         test = example(**kwargs)(test)
     settings(
-        max_examples=examples,
+        max_examples=max(1, round(examples)),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )(test)()

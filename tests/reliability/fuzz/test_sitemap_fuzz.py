@@ -171,6 +171,20 @@ def _sitemap_property(data: bytes, max_urls: int) -> None:
     _check_parsed(data, max_urls, 1 << 20)
 
 
+#: Times the fuzzer found failing (``test_fuzz_findings``): outside years 1-9999 in UTC.
+LASTMOD_FINDINGS = [
+    "0001-01-01T00:00:00+01:00",
+    "9999-12-31T23:59:59-01:00",
+    "0001-01-01T00:00+01:00",
+]
+SITEMAP_FINDINGS = [
+    (
+        f"<urlset><url><loc>https://s.example/a</loc><lastmod>{text}</lastmod></url></urlset>"
+    ).encode()
+    for text in LASTMOD_FINDINGS
+]
+
+
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_any_bytes_parse_or_are_rejected_with_a_documented_reason(budget):
     documents = st.one_of(
@@ -184,6 +198,7 @@ def test_any_bytes_parse_or_are_rejected_with_a_documented_reason(budget):
         "sitemap.parse_any_bytes",
         500 * budget,
         _sitemap_property,
+        [{"data": data, "max_urls": 5} for data in SITEMAP_FINDINGS],
         data=documents,
         max_urls=st.integers(1, 20),
     )
@@ -206,6 +221,7 @@ def test_valid_sitemaps_parse_within_the_url_bound(budget):
         "sitemap.valid_within_bound",
         200 * budget,
         _valid_property,
+        [{"data": data, "max_urls": 5} for data in SITEMAP_FINDINGS],
         data=sitemaps(),
         max_urls=st.integers(1, 15),
     )
@@ -284,6 +300,7 @@ def _scope_property(sitemap_url: str, url: str) -> None:
 
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_lastmod_and_scope_accept_any_text(budget):
-    check("sitemap.parse_lastmod", 500 * budget, _lastmod_property, text=st.one_of(_DATES))
+    findings = [{"text": text} for text in LASTMOD_FINDINGS]
+    check("sitemap.parse_lastmod", 500 * budget, _lastmod_property, findings, text=_DATES)
     urlish = st.text(st.sampled_from("htps:/.examplcom?#@ÉΩ8"), max_size=40)
     check("sitemap.scope", 300 * budget, _scope_property, sitemap_url=urlish, url=urlish)

@@ -148,9 +148,21 @@ def _normalize_property(url: str) -> None:
     _assert_normal_form(normal)
 
 
+#: URLs the fuzzer found failing (``test_fuzz_findings``: a port past int()'s 4,300-digit
+#: limit, zero-padded or not; IPvFuture literals; dotted quads that are no IPv4 address).
+URL_FINDINGS = [
+    "http://h:" + "9" * 5_000 + "/",
+    "http://h:" + "0" * 5_000 + "80/",
+    "http://[v1. x]/",
+    "http://0.0.0.256/",
+    "http://127.000.000.001/",
+]
+
+
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_normalize_raises_only_invalid_url_error_and_is_a_fixed_point(budget):
-    check("urls.normalize", 1_000 * budget, _normalize_property, url=any_url)
+    findings = [{"url": url} for url in URL_FINDINGS]
+    check("urls.normalize", 1_000 * budget, _normalize_property, findings, url=any_url)
 
 
 def _resolve_property(base: str, reference: str) -> None:
@@ -168,7 +180,16 @@ def _resolve_property(base: str, reference: str) -> None:
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_resolve_raises_only_for_a_relative_base_and_its_result_normalizes(budget):
     bases = st.one_of(urls(), st.sampled_from(["http://a/b/c/d;p?q", "https://h:8080", "x:"]))
-    check("urls.resolve", 600 * budget, _resolve_property, base=bases, reference=any_url)
+    findings = [{"base": "http://a/b/c", "reference": url} for url in URL_FINDINGS]
+    findings += [{"base": url, "reference": "d"} for url in URL_FINDINGS]
+    check(
+        "urls.resolve",
+        600 * budget,
+        _resolve_property,
+        findings,
+        base=bases,
+        reference=any_url,
+    )
 
 
 def _canonical_property(url: str, href: str | None) -> None:
@@ -187,6 +208,7 @@ def test_canonical_never_raises_and_stays_on_the_site(budget):
         "urls.canonical",
         400 * budget,
         _canonical_property,
+        [{"url": "http://a.test/p", "href": url} for url in URL_FINDINGS],
         url=urls(),
         href=st.one_of(st.none(), any_url),
     )
