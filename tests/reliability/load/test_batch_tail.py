@@ -36,7 +36,10 @@ SCALE = FaultScale(slow_extra_s=3.0, slow_share=1.0)  # every page of the slow h
 SETTINGS = {
     "concurrency": 8,
     "min_delay_s": 0.02,
-    "max_delay_s": 0.5,
+    # a timed-out host's gap is max_delay_s / its AIMD limit (floor 0.125): 0.8 s, not 4 s,
+    # so the slow host's six attempts take about 5 s instead of 18 (still far past the
+    # healthy hosts' tenth of a second)
+    "max_delay_s": 0.1,
     "delay_factor": 1.0,
     "request_timeout_s": 0.5,
     "connect_timeout_s": 0.5,
