@@ -6,7 +6,7 @@ killed at a chosen stage (planning, splitting, mid-batch fetching, writing parts
 of the commit: staging, linking, the version and statistics files, the manifest, after it)
 at a random event of that stage, and also at random times. After every kill the history's
 invariants hold (``harness.check_history``); after the final re-run each cycle holds every
-planned page exactly once. Fast run: one cycle, a handful of kills; long run
+planned page exactly once. Fast run: one cycle, a kill before the commit and one in it; long run
 (``long_reliability``): four cycles, every stage of each, plus random-time kills.
 """
 
@@ -183,10 +183,12 @@ def run_campaign(
 
 
 def test_kills_at_each_stage_leave_the_history_whole(tmp_path):
+    """Fast: two kills, one before the commit and one inside it (each re-run is a process
+    start, seconds of imports); every stage of four cycles in the long run."""
     rng = random.Random(11)
+    before = ["plan", "split", "fetch", "parts"]
     commit = ["commit-stage", "commit-link", "commit-write", "commit-manifest", "after-publish"]
-    picked = sorted(rng.sample(commit, 2), key=STAGES.index)
-    targets = [[rng.choice(["plan", "split"]), "fetch", "parts", *picked]]
+    targets = [[rng.choice(before), rng.choice(commit)]]
     with slow_sandbox(4, 8) as running:
         figures = run_campaign(
             tmp_path / "store",
@@ -196,7 +198,9 @@ def test_kills_at_each_stage_leave_the_history_whole(tmp_path):
             targets=targets,
             seed=11,
         )
-    assert sum(figures["stages"].values()) >= 5
+    # a kill before the commit leaves the cycle uncommitted, so the commit stage is reached;
+    # one aimed past a stage's last event kills as the stage ends
+    assert dict(figures["stages"]) == dict.fromkeys(targets[0], 1), figures
     print(f"faults (fast): kills survived by stage {dict(figures['stages'])}")
 
 
