@@ -55,7 +55,7 @@ types: $(STAMP)
 # The whole suite (pyproject's addopts leave out the long reliability runs).
 WAITING := tests/reliability
 FIRST_START := tests/flows/test_first_start.py
-JOURNEYS := $(FIRST_START) tests/cycle tests/ui tests/notebook tests/test_first_screen.py
+JOURNEYS := $(FIRST_START) tests/tasks/cycle tests/ui tests/notebook tests/test_first_screen.py
 SERVERS := tests/flows
 pytest: pytest-servers pytest-journeys pytest-waiting pytest-rest pytest-models
 

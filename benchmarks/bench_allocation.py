@@ -35,16 +35,16 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from models.allocation import (
+    from models.allocation.allocate import (
         AllocationProblem,
         proportional_allocation,
         solve,
         uniform_allocation,
     )
-    from models.allocation_solver import one_pass
-    from models.freshness import freshness
-    from models.synthetic import allocation_web
-    from tasks.memory import keep_freed_memory
+    from models.allocation.freshness import freshness
+    from models.allocation.solver import one_pass
+    from models.estimation.synthetic import allocation_web
+    from tasks.cycle.memory import keep_freed_memory
 
     keep_freed_memory()
     n = args.pages

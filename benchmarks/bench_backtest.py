@@ -8,7 +8,7 @@ Runs, all with the same seed:
 3. the shifting web (pages wake up mid-run) at 0.2 N, for recovery;
 4. the measured web and the price-monitoring shop under the change-capture objective at
    0.2 N (cost per change detected, share of changes captured);
-5. with ``--variants``, the planner variants of ``models/backtest_variants.py``.
+5. with ``--variants``, the planner variants of ``models/backtest/variants.py``.
 
 With ``--cold-start`` it runs only the cold-start study instead (issue 15): the measured
 web at ``--sweep-pages`` from an empty history (no seed crawl, every page never fetched,
@@ -37,7 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.backtest import (
+from models.backtest.hosts import format_host_slices
+from models.backtest.runner import (
     BacktestConfig,
     BacktestResult,
     format_bands,
@@ -45,12 +46,11 @@ from models.backtest import (
     recovery,
     run_backtest,
 )
-from models.backtest_hosts import format_host_slices
-from models.backtest_targets import check_targets, format_checks
-from models.backtest_variants import VARIANTS
-from models.backtest_workloads import build_workload, measure_web_shape
-from tasks.memory import keep_freed_memory
-from tasks.policy_backtest_report import write_backtest_report
+from models.backtest.targets import check_targets, format_checks
+from models.backtest.variants import VARIANTS
+from models.backtest.workloads import build_workload, measure_web_shape
+from tasks.cycle.memory import keep_freed_memory
+from tasks.reports.backtest_report import write_backtest_report
 
 PLANNERS = ("planner",)
 

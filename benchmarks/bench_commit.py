@@ -11,11 +11,11 @@ are on disk as the fetch left them (85 % ``ok`` with a fifth of the record hashe
 cycle 1 from a fresh copy of that store, in a fresh process, so peak RSS (``ru_maxrss``)
 is the commit's own:
 
-- ``streamed``: this tree's ``tasks.cycle.commit_cycle`` (parts staged one at a time, one
+- ``streamed``: this tree's ``tasks.cycle.work.commit_cycle`` (parts staged one at a time, one
   DuckDB query under a memory limit streamed into the Parquet file, statistics aggregated
   from it);
 - ``reference``: the commit as it was at ``--reference-commit`` (``git show`` of that
-  commit's ``tasks/history.py`` and ``tasks/cycle_archive.py`` loaded as modules): every
+  commit's ``tasks/store/history.py`` and ``tasks/archive/cycle.py`` loaded as modules): every
   part read into one Arrow table, deduplicated, linked and conformed as Arrow tables;
 - ``unchecked``: ``streamed`` with the store's file digests switched off
   (``benchmarks/digest_peer.py``): what checking cycle 0's part and the statistics before
@@ -112,8 +112,8 @@ def prepare(root: Path, pages: int, batch_rows: int) -> None:
     """Cycle 0 published; cycle 1's batches and parts on disk, ready for ``commit_cycle``."""
     import pyarrow.parquet as pq
 
-    from tasks.cycle import INDEX, work_dir
-    from tasks.history import HistoryStore, validate_history_rows
+    from tasks.cycle.work import INDEX, work_dir
+    from tasks.store.history import HistoryStore, validate_history_rows
 
     HistoryStore(root).write_cycle(0, cycle_rows(pages, 0, seed=1))
     rows = validate_history_rows(cycle_rows(pages, 1, seed=1), 1, linked=False)
@@ -151,10 +151,10 @@ def reference_commit(root: Path, cycle_id: int, commit: str) -> int:
     """``commit_cycle`` as it was: every part in one Arrow table, then ``write_cycle``."""
     import pyarrow as pa
 
-    from tasks.cycle import read_batches, read_part, work_dir
+    from tasks.cycle.work import read_batches, read_part, work_dir
 
-    history = _git_module(commit, "tasks/history.py", "history_reference")
-    archive_module = _git_module(commit, "tasks/cycle_archive.py", "cycle_archive_reference")
+    history = _git_module(commit, "tasks/store/history.py", "history_reference")
+    archive_module = _git_module(commit, "tasks/archive/cycle.py", "cycle_archive_reference")
     folder = work_dir(root, cycle_id)
     parts = [str(folder / "parts" / f"{s.name}.parquet") for s in read_batches(root, cycle_id)]
     rows = pa.concat_tables([read_part(p) for p in parts])
@@ -184,12 +184,12 @@ def child(mode: str, root: Path, commit: str) -> None:
     import pandas  # noqa: F401
     import pyarrow  # noqa: F401
 
-    import tasks.cycle
+    import tasks.cycle.work
 
     if mode == "reference":
         for path, name in (
-            ("tasks/history.py", "history_reference"),
-            ("tasks/cycle_archive.py", "cycle_archive_reference"),
+            ("tasks/store/history.py", "history_reference"),
+            ("tasks/archive/cycle.py", "cycle_archive_reference"),
         ):
             _git_module(commit, path, name)  # compile before the baseline too
     before = _status_mb("VmRSS")
@@ -199,7 +199,7 @@ def child(mode: str, root: Path, commit: str) -> None:
 
         switch_off_digests()
     if mode in ("streamed", "unchecked"):
-        rows = tasks.cycle.commit_cycle(root, 1).rows
+        rows = tasks.cycle.work.commit_cycle(root, 1).rows
     else:
         rows = reference_commit(root, 1, commit)
     seconds = time.perf_counter() - started
@@ -227,7 +227,7 @@ def _same_cycle(a: Path, b: Path) -> None:
     import pyarrow.parquet as pq
 
     from models.schemas import HISTORY_SCHEMA
-    from tasks.history import HistoryStore
+    from tasks.store.history import HistoryStore
 
     # read unchecked: the ``unchecked`` mode recorded no real digests
     tables, stats = [], []

@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from selectolax.lexbor import LexborHTMLParser
 
-from models.extract import extract
-from models.extract_rules import CssRule, ExtractionRules, UrlPattern
-from models.simhash import simhash
-from models.urls import normalize, url_id
+from models.content.extract import extract
+from models.content.extract_rules import CssRule, ExtractionRules, UrlPattern
+from models.content.simhash import simhash
+from models.discovery.urls import normalize, url_id
 from sandbox.content import Link, Noise, huge_padding, render_page
 
 _TEXT = """the a of and to in with for on by this that new old fine strong light heavy quick slow

@@ -122,7 +122,7 @@ def main() -> int:
 
     from flows.local_prefect import PrefectStartError, start_local_prefect
     from flows.recrawl import recrawl_flow
-    from tasks.catalog import CatalogStore
+    from tasks.store.catalog import CatalogStore
 
     try:
         prefect_s = start_local_prefect()

@@ -7,7 +7,7 @@ One gzip sitemap of 50,000 URLs (the protocol's maximum) shaped like the sandbox
   bare       gzip.decompress + xml.etree.ElementTree.fromstring (C accelerated): the ceiling,
              with no entity protection, no limits and nothing read out of the tree
   bare+read  the same, then loc and lastmod text of every URL read out (no date parsing)
-  sitemap    models.sitemap.parse_sitemap: bounded streaming gunzip, expat with DTDs and
+  sitemap    models.discovery.sitemap.parse_sitemap: bounded streaming gunzip, expat with DTDs and
              entities refused, the 50,000-URL and 50 MB limits, lastmod parsed to UTC
              datetimes, changefreq/priority validated
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.sitemap import parse_sitemap
+from models.discovery.sitemap import parse_sitemap
 
 NS = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
 

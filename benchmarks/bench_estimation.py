@@ -9,7 +9,7 @@ fresh process so peak memory is its own, alternating, `--repeat` times:
   cold         the same, but the per-page statistics recomputed from every history file
                (what `recrawl history rebuild-stats` does) instead of the maintained ones
 
-Each step checks the files it reads against their digests (``tasks.history.verify_file``:
+Each step checks the files it reads against their digests (``tasks.store.history.verify_file``:
 one read of each, in a fresh process). With ``--unchecked`` each step also runs with the
 digests switched off (``benchmarks/digest_peer.py``; ``bare`` reads no digest either way)
 and the checked / unchecked ratios are printed: what the check costs.
@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def build(root: Path, pages: int, cycles: int) -> None:
-    from models.synthetic import generate_history, generate_web
-    from tasks.history import HistoryStore
+    from models.estimation.synthetic import generate_history, generate_web
+    from tasks.store.history import HistoryStore
 
     marker = root / f"built-{pages}-{cycles}-digests"  # a history cached before them: rebuilt
     if marker.exists():
@@ -67,10 +67,10 @@ def child(kind: str, root: Path) -> None:
         switch_off_digests()
         kind = kind.removesuffix(UNCHECKED)
 
-    from models.change_rate import estimate_from_moments
-    from tasks.estimation import load_rate_estimates, read_estimation_inputs
-    from tasks.history import HistoryStore
-    from tasks.memory import keep_freed_memory
+    from models.estimation.change_rate import estimate_from_moments
+    from tasks.cycle.estimation import load_rate_estimates, read_estimation_inputs
+    from tasks.cycle.memory import keep_freed_memory
+    from tasks.store.history import HistoryStore
 
     keep_freed_memory()  # the same process memory policy for every step, as the CLI sets
     store = HistoryStore(root)

@@ -7,11 +7,11 @@ Starts the sandbox web in its own process (``python -m sandbox``, one loopback a
 host, no latency), shuffles its page URLs once, and has each client fetch all of them at the
 same concurrency, each client in a fresh process of its own:
 
-- ``engine``: ``tasks.fetch.fetch_batch`` with politeness delays set to zero (still one
+- ``engine``: ``tasks.fetch.engine.fetch_batch`` with politeness delays set to zero (still one
   request per host at a time, robots.txt fetched and obeyed, guard rails on);
 - ``bare``: ``asyncio.gather`` over one ``httpx.AsyncClient`` behind a semaphore (the ceiling:
   no robots.txt, no politeness, no bookkeeping), httpx's own transport;
-- ``bare-aio``: the same, on the aiohttp transport the engine uses (``tasks.http_client``):
+- ``bare-aio``: the same, on the aiohttp transport the engine uses (``tasks.fetch.client``):
   the ceiling for the engine's own stack, so engine/bare-aio is the engine's overhead;
 - ``scrapy``: a minimal Scrapy spider with the same concurrency, one request per host at a
   time and robots.txt obeyed, like the engine (Scrapy's own defaults otherwise).
@@ -50,8 +50,8 @@ def _cpu() -> float:
 
 def run_engine(urls: list[str], concurrency: int) -> dict[str, object]:
     from sandbox import SANDBOX_NETWORKS
-    from tasks.fetch import fetch_batch_sync
-    from tasks.fetch_settings import FetchSettings
+    from tasks.fetch.engine import fetch_batch_sync
+    from tasks.fetch.settings import FetchSettings
 
     settings = FetchSettings(
         concurrency=concurrency,

@@ -16,10 +16,10 @@ and one fresh client process per run, each fetching a cycle through the cycle's 
 - ``small``: the first ``--small-hosts`` hosts, failing ones included (a quarter of the
   pages by default), to show that peak memory does not grow with the cycle's size;
 - ``failing-next``: the next cycle on ``failing``'s data root (its history), in a fresh
-  process: the split now knows which hosts struggled (``tasks.host_record``) and packs them
+  process: the split now knows which hosts struggled (``tasks.cycle.host_record``) and packs them
   into batches of their own, after the others;
 - ``failing-notail``: as ``failing`` with ``tail_host_share`` 0, so a batch keeps its
-  active place until its last host is done (the behaviour before ``tasks.batch_slots``).
+  active place until its last host is done (the behaviour before ``tasks.fetch.batch_slots``).
 
 ``--layout spread`` puts failing hosts in every host batch (failures nobody predicted);
 ``grouped`` puts them last in the cycle's packing order, so they fill batches of their own

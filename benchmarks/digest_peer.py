@@ -1,6 +1,6 @@
 """The peer the store's integrity check is measured against: this tree with its file
 digests switched off (nothing hashed when a file is written, nothing checked when it is
-read; ``tasks.history.verify_file``), in this process only. Used by bench_commit.py
+read; ``tasks.store.history.verify_file``), in this process only. Used by bench_commit.py
 (mode ``unchecked``) and bench_estimation.py (``--unchecked``)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 
 def switch_off_digests() -> None:
-    import tasks.history as history
+    import tasks.store.history as history
 
     def no_digest(handle: Any) -> str:
         return "0" * 64

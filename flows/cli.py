@@ -11,9 +11,9 @@ from typing import Any
 import pandas as pd
 
 from flows.local_prefect import apply_prefect_defaults
-from models.cost import COST_MODELS
-from models.prior_names import PRIOR_NAMES
-from tasks.memory import keep_freed_memory
+from models.estimation.prior_names import PRIOR_NAMES
+from models.planning.cost import COST_MODELS
+from tasks.cycle.memory import keep_freed_memory
 
 #: The commands that run Prefect flows: their Prefect defaults (flows.local_prefect) are
 #: set before Prefect is imported.
@@ -144,14 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("--cycle", type=int, help="show: this cycle (default: the newest)")
     hist.add_argument("--limit", type=int, default=20, help="show: at most this many rows")
 
-    from flows.policy_backtest import add_backtest_arguments
+    from flows.evaluation.policy_backtest import add_backtest_arguments
 
     backtest = sub.add_parser(
         "backtest", help="compare recrawl policies on a simulated web under one daily budget"
     )
     add_backtest_arguments(backtest)
 
-    from sandbox.cli import add_serve_arguments
+    from flows.evaluation.sandbox_web import add_serve_arguments
 
     sandbox = sub.add_parser("sandbox", help="serve the sandbox web on loopback (Ctrl-C stops)")
     add_serve_arguments(sandbox)
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
-    """The fetch settings a command may override (``tasks.fetch_settings.FetchSettings``)."""
+    """The fetch settings a command may override (``tasks.fetch.settings.FetchSettings``)."""
     parser.add_argument("--mode", choices=["direct", "api", "proxy"], help="(RECRAWL_MODE)")
     parser.add_argument("--api-url", help="scraping API endpoint (RECRAWL_API_URL)")
     parser.add_argument("--proxy-url", help="forward proxy (RECRAWL_PROXY_URL)")
@@ -177,7 +177,7 @@ def fetch_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The fetch settings given on the command line, checked (bad ones: ``ValueError``)."""
     from pydantic import ValidationError
 
-    from tasks.fetch_settings import FetchSettings
+    from tasks.fetch.settings import FetchSettings
 
     overrides = {
         "mode": args.mode,
@@ -209,7 +209,7 @@ def _demo(args: argparse.Namespace) -> int:
         raise ValueError("--hosts, --pages-per-host and --cycles must be >= 1")
     if not 0 < args.budget_share <= 1:
         raise ValueError(f"--budget-share must be within (0, 1], got {args.budget_share}")
-    from flows.demo import format_result, run_demo
+    from flows.evaluation.demo import format_result, run_demo
 
     result = run_demo(
         args.root,
@@ -224,7 +224,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _synthetic(args: argparse.Namespace) -> int:
-    from flows.estimation_demo import run_estimation_demo
+    from flows.evaluation.estimation_demo import run_estimation_demo
 
     if args.pages < 1 or args.cycles < 1:  # before the root is replaced
         raise ValueError(f"--pages and --cycles must be >= 1, got {args.pages} and {args.cycles}")
@@ -243,9 +243,9 @@ def _synthetic(args: argparse.Namespace) -> int:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    from tasks.catalog import require_store
-    from tasks.durable import durable_write
-    from tasks.estimation import load_rate_estimates
+    from tasks.cycle.estimation import load_rate_estimates
+    from tasks.store.catalog import require_store
+    from tasks.store.durable import durable_write
 
     require_store(args.root)
     if args.out and (args.out.is_dir() or not args.out.parent.is_dir()):  # before estimating
@@ -262,8 +262,8 @@ def _estimate(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from flows.plan import next_cycle_id
-    from tasks.catalog import require_store
-    from tasks.planning import adhoc_plan_name, plan_cycle
+    from tasks.cycle.planning import adhoc_plan_name, plan_cycle
+    from tasks.store.catalog import require_store
 
     check_cycle_and_budget(args)
     require_store(args.root)
@@ -287,7 +287,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from flows.local_prefect import start_local_prefect
-    from tasks.catalog import require_store
+    from tasks.store.catalog import require_store
 
     check_cycle_and_budget(args)
     if args.window is not None and not args.window > 0:
@@ -328,7 +328,7 @@ def run_summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def _catalog(args: argparse.Namespace) -> int:
-    from tasks.catalog import CatalogStore
+    from tasks.store.catalog import CatalogStore
 
     if not args.file.is_file():
         raise ValueError(f"no such file: {args.file}")
@@ -344,9 +344,9 @@ def _catalog(args: argparse.Namespace) -> int:
 def _fetch(args: argparse.Namespace) -> int:
     import logging
 
-    from tasks.fetch import fetch_batch_sync
-    from tasks.fetch_rows import with_urls, write_rows_file
-    from tasks.fetch_settings import FetchSettings
+    from tasks.fetch.engine import fetch_batch_sync
+    from tasks.fetch.rows import with_urls, write_rows_file
+    from tasks.fetch.settings import FetchSettings
 
     urls = list(args.urls)
     if args.url_file is not None:
@@ -382,8 +382,8 @@ def _fetch(args: argparse.Namespace) -> int:
 def _discover(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from tasks.discovery import DiscoverySettings, discover_sync
-    from tasks.sitemaps import SitemapSettings
+    from tasks.discovery.run import DiscoverySettings, discover_sync
+    from tasks.discovery.sitemaps import SitemapSettings
 
     if not args.seed and not args.sitemap:
         raise ValueError("give at least one --seed URL or --sitemap URL")
@@ -411,8 +411,8 @@ def _discover(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
-    from tasks.catalog import require_store
-    from tasks.history import HistoryStore
+    from tasks.store.catalog import require_store
+    from tasks.store.history import HistoryStore
 
     require_store(args.root)
     store = HistoryStore(args.root)
@@ -422,7 +422,7 @@ def _history(args: argparse.Namespace) -> int:
         ):
             print(f"cycle {cycle_id}: {entry['rows']} rows, committed {entry['committed_at']}")
     elif args.action == "show":
-        from tasks.frames import show_history
+        from tasks.store.frames import show_history
 
         print(show_history(args.root, args.cycle, args.limit))
     else:
@@ -432,30 +432,13 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _sandbox(args: argparse.Namespace) -> int:
-    import asyncio
+    from flows.evaluation.sandbox_web import serve_from_args
 
-    from sandbox.cli import raise_open_file_limit, serve_foreground, web_from_args
-
-    if not 0 <= args.port <= 65_535:
-        raise ValueError(f"--port must be within 0-65535, got {args.port}")
-    if args.manifest is not None and (args.manifest.is_dir() or not args.manifest.parent.is_dir()):
-        raise ValueError(f"--manifest must be a file in an existing folder, got {args.manifest}")
-    web = web_from_args(args)
-    raise_open_file_limit(args.hosts + 4_096)
-    serving = serve_foreground(
-        web,
-        args.port,
-        manifest_path=args.manifest,
-        log_max_entries=args.log_max_entries,
-        show_hosts=5,
-        warmup=not args.no_warmup,
-    )
-    asyncio.run(serving)
-    return 0
+    return serve_from_args(args)
 
 
 def _backtest(args: argparse.Namespace) -> int:
-    from flows.policy_backtest import run_from_args
+    from flows.evaluation.policy_backtest import run_from_args
 
     if args.out is not None and args.out.exists() and not args.out.is_dir():  # before running
         raise ValueError(f"--out must be a folder, got the file {args.out}")

@@ -1,6 +1,6 @@
 """Prefect flow ``discover``: new URLs from seeds and sitemaps into the page catalog.
 
-One task over ``tasks.discovery.discover`` (sitemaps named by the seeds' robots.txt and any
+One task over ``tasks.discovery.run.discover`` (sitemaps named by the seeds' robots.txt and any
 given directly, the seed pages' links; trap defenses and de-duplication); it returns
 counts only. The weekly deployment runs it; the planner's discovery slice then fetches
 the new pages.
@@ -17,10 +17,10 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.run_context import run_logger
-from tasks.catalog import CatalogStore
-from tasks.discovery import DiscoverySettings, discover_sync
-from tasks.history import connect
-from tasks.sitemaps import SitemapSettings
+from tasks.discovery.run import DiscoverySettings, discover_sync
+from tasks.discovery.sitemaps import SitemapSettings
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import connect
 
 
 @task(name="discover-urls", cache_policy=NO_CACHE)

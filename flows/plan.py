@@ -1,6 +1,6 @@
 """Prefect flow ``plan``: estimate -> allocate -> select -> the cycle's plan Parquet.
 
-One task over ``tasks.planning.plan_cycle``; it returns the plan's path and its summary
+One task over ``tasks.cycle.planning.plan_cycle``; it returns the plan's path and its summary
 numbers (budget by slice, expected changes, expected cost per change). The recrawl flow
 runs the same task as its first step.
 """
@@ -17,13 +17,13 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.run_context import run_logger
-from models.cost import CostModelName
-from models.planning import Slices
-from models.prior_names import PriorName
-from tasks.durable import durable_write_text
-from tasks.history import HistoryStore
-from tasks.memory import keep_freed_memory
-from tasks.planning import adhoc_plan_name, plan_cycle
+from models.estimation.prior_names import PriorName
+from models.planning.cost import CostModelName
+from models.planning.select import Slices
+from tasks.cycle.memory import keep_freed_memory
+from tasks.cycle.planning import adhoc_plan_name, plan_cycle
+from tasks.store.durable import durable_write_text
+from tasks.store.history import HistoryStore
 
 
 def next_cycle_id(root: str | Path) -> int:
@@ -52,7 +52,7 @@ def plan_cycle_task(
 ) -> dict[str, Any]:
     """Write ``<root>/plans/cycle=<id>.parquet`` (and its summary JSON); return path + numbers.
 
-    With ``adhoc_name``: ``plans/adhoc/<name>.parquet`` (``tasks.planning.plan_path``).
+    With ``adhoc_name``: ``plans/adhoc/<name>.parquet`` (``tasks.cycle.planning.plan_path``).
     """
     keep_freed_memory()
     started = time.time()

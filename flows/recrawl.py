@@ -3,11 +3,11 @@
 Shape of a run:
 
 1. ``plan-cycle`` writes the plan Parquet; ``split-plan`` cuts it into host batches under
-   ``<root>/_work/cycle=<id>/`` (``tasks.cycle``). A re-run of a cycle that crashed resumes
+   ``<root>/_work/cycle=<id>/`` (``tasks.cycle.work``). A re-run of a cycle that crashed resumes
    its split; a cycle already committed is left alone unless ``replace``.
 2. ``host-limits`` creates or checks the ``tag:host:<h>`` concurrency limits and repairs
-   slots a crashed run left taken (``tasks.host_limits``). Before anything, earlier runs on
-   the same root whose process died (SIGKILL) are set ``Crashed`` (``tasks.run_claims``).
+   slots a crashed run left taken (``tasks.cycle.host_limits``). Before anything, earlier runs on
+   the same root whose process died (SIGKILL) are set ``Crashed`` (``tasks.cycle.run_claims``).
 3. One ``fetch-host-batch`` task per batch, tagged ``host:<h>`` for each of its hosts, so
    the server never runs two batches of a host at once, across runs and machines. Slices of
    one large host are chained in this run (``wait_for``) instead of polling for the slot.
@@ -18,7 +18,7 @@ Shape of a run:
 4. ``commit-cycle`` publishes every part at once; batches that failed are in it as
    ``error`` rows, so a failed host batch never fails the cycle and its pages come back.
    ``cycle-content`` then lands the fetched pages' new links in the catalog, honours their
-   ``rel="canonical"`` and flags near-duplicates (``tasks.cycle_content``); a re-run of a
+   ``rel="canonical"`` and flags near-duplicates (``tasks.cycle.content``); a re-run of a
    cycle committed just before a crash does it then.
 5. ``report-cycle`` writes the numbers, plots and the keyed artifacts.
 
@@ -50,10 +50,18 @@ from pydantic import ValidationError
 
 from flows.plan import next_cycle_id, plan_cycle_task
 from flows.run_context import in_run, run_logger
-from models.cost import CostModelName
-from models.prior_names import PriorName
-from tasks.batch_slots import BATCH_THREADS
-from tasks.cycle import (
+from models.estimation.prior_names import PriorName
+from models.planning.cost import CostModelName
+from tasks.cycle.content import (
+    apply_cycle_content,
+    content_pending,
+    read_near_duplicate_report,
+)
+from tasks.cycle.host_limits import ensure_tag_limits
+from tasks.cycle.memory import keep_freed_memory
+from tasks.cycle.planning import plan_path as plan_path_of
+from tasks.cycle.run_claims import claim_and_crash_dead_runs
+from tasks.cycle.work import (
     BatchOutcome,
     BatchSpec,
     CycleCommit,
@@ -69,18 +77,10 @@ from tasks.cycle import (
     split_plan,
     work_dir,
 )
-from tasks.cycle_content import (
-    apply_cycle_content,
-    content_pending,
-    read_near_duplicate_report,
-)
-from tasks.durable import durable_write_text
-from tasks.fetch import EngineState
-from tasks.fetch_settings import FetchSettings
-from tasks.host_limits import ensure_tag_limits
-from tasks.memory import keep_freed_memory
-from tasks.planning import plan_path as plan_path_of
-from tasks.reports import (
+from tasks.fetch.batch_slots import BATCH_THREADS
+from tasks.fetch.engine import EngineState
+from tasks.fetch.settings import FetchSettings
+from tasks.reports.cycle_report import (
     cycle_numbers,
     embed_plots,
     hosts_under_pressure,
@@ -89,11 +89,11 @@ from tasks.reports import (
     summary_markdown,
     write_plots,
 )
-from tasks.run_claims import claim_and_crash_dead_runs
+from tasks.store.durable import durable_write_text
 
 #: Host batches run at once by one flow run (threads; each batch fetches its hosts
 #: concurrently itself): ACTIVE_BATCHES of them at full speed, the others in their tail,
-#: waiting on a few slow or failing hosts (``tasks.batch_slots``).
+#: waiting on a few slow or failing hosts (``tasks.fetch.batch_slots``).
 PARALLEL_BATCHES = BATCH_THREADS
 
 
@@ -220,12 +220,12 @@ def report_cycle_task(
     prior: PriorName = "mixture",
 ) -> dict[str, Any]:
     """Numbers, plots and keyed artifacts of the committed cycle; then drop its work files."""
-    from tasks.estimation import load_rate_estimates
+    from tasks.cycle.estimation import load_rate_estimates
 
     started = time.time()
     realized = math.nan
     if sandbox is not None and at is not None:
-        from tasks.truth import SandboxSpec, realized_freshness
+        from flows.evaluation.truth import SandboxSpec, realized_freshness
 
         realized = realized_freshness(root, SandboxSpec.from_dict(sandbox).web(), at)
     numbers = cycle_numbers(
@@ -300,8 +300,8 @@ def recrawl_flow(
     """One recrawl cycle (see the module docstring).
 
     ``at`` is the cycle's time (a simulated one on the sandbox; default: now, wall clock);
-    ``fetch`` overrides fetch settings (``tasks.fetch_settings.FetchSettings`` fields);
-    ``slices`` overrides the budget's reserved slices (``models.planning.Slices``);
+    ``fetch`` overrides fetch settings (``tasks.fetch.settings.FetchSettings`` fields);
+    ``slices`` overrides the budget's reserved slices (``models.planning.select.Slices``);
     ``sandbox`` (``{"hosts", "pages_per_host", "seed"}``) adds ground-truth freshness to
     the report. ``host_shards > 0`` tags each batch with one ``hostshard:<k>`` instead of
     one ``host:<h>`` per host (far fewer slot acquisitions with thousands of hosts; every

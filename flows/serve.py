@@ -14,7 +14,7 @@ import os
 import sys
 
 from flows.local_prefect import PrefectStartError, apply_prefect_defaults, start_local_prefect
-from models.cost import COST_MODELS
+from models.planning.cost import COST_MODELS
 
 
 def build_parser() -> argparse.ArgumentParser:

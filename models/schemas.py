@@ -27,8 +27,8 @@ OUTCOMES: tuple[str, ...] = (
     "decompression_bomb",  # decoded body far larger than the bytes on the wire
     "redirect_loop",  # a redirect chain that comes back to a URL it already visited
     "api_exhausted",  # the scraping API answered 509: the plan's credits are spent
-    # Failures told apart by tasks.transport_errors (issue 8), and the address policy:
-    "refused_address",  # the address policy refused it (models.net_policy): never sent
+    # Failures told apart by tasks.fetch.transport_errors (issue 8), and the address policy:
+    "refused_address",  # the address policy refused it (models.fetching.net_policy): never sent
     "tls_error",  # the TLS handshake failed (bad certificate, not TLS at all)
     "bad_response",  # not valid HTTP (status line, headers, framing)
     "truncated",  # the connection broke mid-body (reset, shorter than Content-Length)
@@ -43,7 +43,9 @@ UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
 #: One row per known URL.
 CATALOG_SCHEMA = pa.schema(
     [
-        pa.field("url_id", pa.int64(), nullable=False),  # models.urls.url_id(normalized url)
+        pa.field(
+            "url_id", pa.int64(), nullable=False
+        ),  # models.discovery.urls.url_id(normalized url)
         pa.field("url", pa.string(), nullable=False),  # normalized URL
         pa.field("host", pa.string(), nullable=False),
         pa.field("value", pa.float64(), nullable=False),  # business value weight (tier -> weight)
@@ -110,10 +112,10 @@ PAGE_STATS_SCHEMA = pa.schema(
     ]
 )
 
-#: What the pages' Last-Modified headers told (``models.validators.judge_last_modified`` of
+#: What the pages' Last-Modified headers told (``models.fetching.validators.judge_last_modified`` of
 #: every observation with a Last-Modified or an earlier one), summed per page at each commit
 #: like the interval sums, so estimation never rescans the history for them. ``age_*`` are
-#: ``models.rate_data.PageAges``: ``age_count`` observations dated a change, ``age_days``
+#: ``models.estimation.rate_data.PageAges``: ``age_count`` observations dated a change, ``age_days``
 #: sums their ages (and the horizon of old first observations), ``age_n_changed`` of them
 #: were changed intervals, whose powers sum to ``age_changed_sum*``; ``age_terms`` counts
 #: the observations with any age (``age_days`` is exactly 0 without one). ``lm_*`` count the

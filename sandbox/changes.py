@@ -10,7 +10,8 @@ count of changes before each block it has reached (an ``array('q')``) and the ti
 block it last looked inside, so a page that changes 48 times a day for ten simulated years
 costs a few kilobytes.
 
-Rates follow the measured web (see ``models.synthetic``): about 45% of pages practically never
+Rates follow the measured web (see ``models.estimation.synthetic``): about 45% of pages practically
+never
 change (around once a year or less), 35% change every few days to weeks, 20% daily or faster,
 each host scaling its pages' rates.
 """

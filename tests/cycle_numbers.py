@@ -6,7 +6,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from tasks.reports import CycleNumbers
+from tasks.reports.cycle_report import CycleNumbers
 
 
 def sample_numbers(cycle_id: int = 1, changes: int = 4, **overrides: Any) -> CycleNumbers:

@@ -8,7 +8,7 @@ import pandas as pd
 
 from sandbox.cli import add_serve_arguments, web_from_args
 from sandbox.server import host_address
-from tasks.catalog import CatalogStore
+from tasks.store.catalog import CatalogStore
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "data" / "examples" / "catalog.csv"

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from models.realized import Events, changes_caught, fresh_share
-from tasks.truth import TruthSource, catalog_urls, change_events, visit_events
+from flows.evaluation.truth import TruthSource, catalog_urls, change_events, visit_events
+from models.backtest.realized import Events, changes_caught, fresh_share
 
 _DAY = 86_400.0
 SAMPLES_PER_DAY = 24

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from flows.backtest import run_sandbox_cycles, score_run
+from flows.evaluation.sandbox_runs import run_sandbox_cycles, score_run
 from flows.local_prefect import local_server_cpu_s, start_local_prefect, without_flow_heartbeats
 from flows.progress import PhaseTimes, ProgressLine
 

@@ -2,7 +2,7 @@
 
 ``recrawl synthetic`` runs it: no network, no Prefect; it writes ``cycles`` daily cycles of
 a synthetic web through the real history store and scores the estimators per band of
-true rate. (The project's demo, ``flows.demo``, runs the whole loop on the sandbox web.)
+true rate. (The project's demo, ``flows.evaluation.demo``, runs the whole loop on the sandbox web.)
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.change_rate import improved_rate, naive_rate
-from models.synthetic import generate_history, generate_web
-from tasks.catalog import CatalogStore
-from tasks.durable import durable_write_text
-from tasks.estimation import load_rate_estimates
-from tasks.history import HistoryStore
+from models.estimation.change_rate import improved_rate, naive_rate
+from models.estimation.synthetic import generate_history, generate_web
+from tasks.cycle.estimation import load_rate_estimates
+from tasks.store.catalog import CatalogStore
+from tasks.store.durable import durable_write_text
+from tasks.store.history import HistoryStore
 
 RATE_BANDS = [0.0, 0.01, 0.1, 0.5, 2.0, 7.0, np.inf]
 BAND_LABELS = ["< 0.01", "0.01-0.1", "0.1-0.5", "0.5-2", "2-7", "> 7"]

@@ -1,8 +1,9 @@
 """The policy backtest as a job: run it, write its report folder (``recrawl backtest``).
 
-Pure computation (``models.backtest``) then rendering (``tasks.policy_backtest_report``);
+Pure computation (``models.backtest.runner``) then rendering (``tasks.reports.backtest_report``);
 no Prefect: a policy backtest is one CPU-bound process of simulated days, and a flow run
-would only add its start-up. (``flows/backtest.py`` is the other backtest: the whole loop,
+would only add its start-up. (``flows/evaluation/sandbox_runs.py`` is the other backtest: the whole
+loop,
 fetching included, on the sandbox web.)
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from models.backtest import BacktestConfig, BacktestResult
+    from models.backtest.runner import BacktestConfig, BacktestResult
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,8 @@ class PolicyBacktestRun:
 
 def run_policy_backtest(config: BacktestConfig, out: Path | str) -> PolicyBacktestRun:
     """Run the backtest ``config`` describes and write its report under ``out``."""
-    from models.backtest import run_backtest
-    from tasks.policy_backtest_report import write_backtest_report
+    from models.backtest.runner import run_backtest
+    from tasks.reports.backtest_report import write_backtest_report
 
     log.info(
         "policy backtest: %s, %d pages x %d days, budget %g N%s",
@@ -65,7 +66,7 @@ def add_backtest_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policies",
         help="comma-separated policies (default: the standard comparison); an unknown name "
-        "is reported with the known ones (models.backtest_registry)",
+        "is reported with the known ones (models.backtest.registry)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -96,8 +97,8 @@ def add_backtest_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """``recrawl backtest``: print the comparison table, write the report folder."""
-    from models.backtest import POLICIES, BacktestConfig, format_table
-    from models.backtest_registry import check_policy_names
+    from models.backtest.registry import check_policy_names
+    from models.backtest.runner import POLICIES, BacktestConfig, format_table
 
     window = None
     if args.window:

@@ -5,8 +5,8 @@ through its sitemaps (the ``discover`` flow), fetches everything once (cycle 0, 
 bootstrap: the whole budget on the discovery slice), then runs ``cycles`` daily ``recrawl``
 flows with ``budget`` credits each, moving the simulated clock one day per cycle and
 passing the cycle's simulated time to the fetcher. ``backtest_flow`` wraps it as a flow
-and scores the result against a uniform recrawl of the same budget (``tasks.compare``);
-``make demo`` runs the same loop (``flows.demo``).
+and scores the result against a uniform recrawl of the same budget (``flows.evaluation.compare``);
+``make demo`` runs the same loop (``flows.evaluation.demo``).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any
 from prefect import flow
 
 from flows.discover import discover_flow
+from flows.evaluation.compare import Comparison, compare_policies, plot_comparison
+from flows.evaluation.truth import SandboxSpec
 from flows.progress import PhaseTimes
 from flows.recrawl import recrawl_flow
 from sandbox import SANDBOX_NETWORKS, HostBehaviour, SandboxWeb, SimClock, serve_sandbox
-from tasks.compare import Comparison, compare_policies, plot_comparison
-from tasks.truth import SandboxSpec
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 #: Politeness for our own sandbox: small delays, never more than one request in flight

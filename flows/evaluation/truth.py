@@ -4,7 +4,7 @@ The sandbox is a pure function of its seed, host count and pages per host (behav
 that do not scale rates do not change it), so a flow that crawled it can rebuild its truth
 from a small ``SandboxSpec`` parameter, without the server. ``visit_events`` reads the
 history's successful observations; ``change_events`` asks the web when pages really
-changed; ``models.realized`` turns both into freshness and changes caught.
+changed; ``models.backtest.realized`` turns both into freshness and changes caught.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from models.realized import Events
-from tasks.catalog import CatalogStore
-from tasks.history import HistoryStore, connect
+from models.backtest.realized import Events
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import HistoryStore, connect
 
 _DAY = 86_400.0
 

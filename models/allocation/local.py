@@ -1,11 +1,11 @@
 """Big allocation problems in a few passes: local models of the spend and the host loads.
 
-The direct solver (:mod:`models.allocation_solver`) pays an exact pass over every page
+The direct solver (:mod:`models.allocation.solver`) pays an exact pass over every page
 for each trial multiplier, and the spend is not smooth enough for its root-finders to
 need few: pages about to be given up make it fall like ``d / log(1/d)``, which defeats
 Newton and secant alike. Here one pass (a *refresh*) expands every page's frequency to
 second order around a centre ``(mu, nu)`` and sums the expansions per host into
-polynomials in ``(mu, nu_h)`` (:mod:`models.allocation_model`). Inside a box around the
+polynomials in ``(mu, nu_h)`` (:mod:`models.allocation.model`). Inside a box around the
 centre those polynomials are accurate except for the few pages near a kink (a bound about
 to bind, a page about to be given up, a Taylor series that converges slowly): those
 *boundary* pages are kept apart and evaluated exactly. The model is solved for the
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from models.allocation_model import (
+from models.allocation.model import (
     MOMENTS,
     Answer,
     BoundaryPages,
@@ -49,18 +49,18 @@ from models.allocation_model import (
     UnresolvedError,
     slot_sums,
 )
-from models.allocation_refresh import Pages, Refresh, evaluate, expand
-from models.allocation_solver import (
+from models.allocation.refresh import Pages, Refresh, evaluate, expand
+from models.allocation.solver import (
     TOLERANCE,
     Solution,
     page_scale,
     solve_direct,
     weighted_sums,
 )
-from models.rate_solver import bincount
+from models.estimation.rate_solver import bincount
 
 if TYPE_CHECKING:
-    from models.allocation import AllocationProblem
+    from models.allocation.problem import AllocationProblem
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def _start(problem: AllocationProblem) -> tuple[float, FloatArray, BoolArray] | 
     stands for ``1/p`` pages: its cost and weight are divided by ``p`` and its host's
     capacity multiplied by it, which leaves the budget multiplier unchanged and scales
     the host's by ``p`` (objectives whose scale is inversely proportional to the weight,
-    as all of :mod:`models.freshness`'s are).
+    as all of :mod:`models.allocation.freshness`'s are).
     """
     p = problem
     n, n_hosts = p.size, p.host_capacity.shape[0]

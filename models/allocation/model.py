@@ -1,6 +1,6 @@
 """The local model of a big allocation problem, and the root-finder that solves it.
 
-A refresh (see :mod:`models.allocation_local`) leaves, per *slot* (slot 0: every page
+A refresh (see :mod:`models.allocation.local`) leaves, per *slot* (slot 0: every page
 whose host's multiplier is held at 0; slot k: the k-th candidate host), the sums over its
 smooth pages of each page's second-order expansion around the slot's centre (and of an
 estimate of its third-order term), plus a list of boundary pages to evaluate exactly.
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from models.allocation_table import PhiInverse
+from models.allocation.table import PhiInverse
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]

@@ -1,11 +1,11 @@
 """A refresh: every page's frequency expanded to second order around its slot's centre.
 
-For :mod:`models.allocation_local`. One pass over the pages (in blocks small enough for
+For :mod:`models.allocation.local`. One pass over the pages (in blocks small enough for
 the L2 cache, in threads) reads each page's f, f' and f''/2 at its centre from
-:mod:`models.allocation_table` (in float32 while no box is final), decides whether its
+:mod:`models.allocation.table` (in float32 while no box is final), decides whether its
 expansion can be trusted throughout the box (else it is a *boundary* page, evaluated
 exactly by the model), and sums the trusted ones per slot into the moments
-:class:`models.allocation_model.Model` is made of. :func:`evaluate` is the last pass: the
+:class:`models.allocation.model.Model` is made of. :func:`evaluate` is the last pass: the
 exact frequencies at the answer, with the sums the solution reports.
 """
 
@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from models.allocation_model import MOMENTS, Centres, SlotArray, slot_sums
-from models.allocation_solver import weighted_sums
-from models.allocation_table import PhiInverse, inside_bounds, inverse_of
-from models.rate_solver import CHUNK_PAGES
+from models.allocation.model import MOMENTS, Centres, SlotArray, slot_sums
+from models.allocation.solver import weighted_sums
+from models.allocation.table import PhiInverse, inside_bounds, inverse_of
+from models.estimation.rate_solver import CHUNK_PAGES
 
 if TYPE_CHECKING:
-    from models.allocation import AllocationProblem
+    from models.allocation.problem import AllocationProblem
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.intp]
@@ -121,7 +121,7 @@ def expand(
     per page is kept: the answer is evaluated exactly at the end, see :func:`evaluate`). A
     full refresh (all pages, in order) also sums every host's load.
     With ``single`` (wide boxes only: never a final one) the pages are read in float32
-    (see :meth:`~models.allocation_table.PhiInverse.raw_expansion`): the answer then only
+    (see :meth:`~models.allocation.table.PhiInverse.raw_expansion`): the answer then only
     has to land in the next box. Blocks of ``BLOCK_PAGES`` keep the temporaries in cache.
     """
     n = pages.size
@@ -201,7 +201,7 @@ def evaluate(
 
     One pass in parallel blocks (frequencies only: no derivatives), the loads and the
     spend summed on the way, and with ``weights`` (all pages) the value-weighted
-    freshness and objective too (see :func:`~models.allocation_solver.weighted_sums`).
+    freshness and objective too (see :func:`~models.allocation.solver.weighted_sums`).
     """
     n = pages.size
     f = np.empty(n)

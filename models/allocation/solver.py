@@ -1,12 +1,12 @@
 """The direct allocation solver: every evaluation is an exact pass over the pages.
 
 At a budget multiplier ``mu`` every page's frequency follows from phi^-1 (see
-:mod:`models.allocation_table`), and each host whose capacity binds gets its own
+:mod:`models.allocation.table`), and each host whose capacity binds gets its own
 multiplier ``nu`` so its load meets the capacity exactly. ``nu`` is found per binding host
 by a vectorized safeguarded search (Newton until bracketed, then false position with the
 Illinois modification); ``mu`` by safeguarded Newton/secant on log mu over the spend.
 Exact and robust, it costs tens of passes over the pages: big problems go through
-:mod:`models.allocation_local`, which uses this solver on a sample for its start and as
+:mod:`models.allocation.local`, which uses this solver on a sample for its start and as
 its fallback.
 """
 
@@ -20,23 +20,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from models.allocation_table import inverse_of
-from models.freshness import FRESHNESS, Objective, freshness
-from models.rate_solver import bincount, map_chunks
+from models.allocation.freshness import FRESHNESS, Objective, freshness
+from models.allocation.problem import AllocationInputError
+from models.allocation.table import inverse_of
+from models.estimation.rate_solver import bincount, map_chunks
 
 if TYPE_CHECKING:
-    from models.allocation import AllocationProblem
+    from models.allocation.problem import AllocationProblem
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 TOLERANCE = 1e-11  # relative gap accepted on the budget and on each binding capacity
-_SMALL_R = 1e-3  # models.freshness's threshold for its series (r = rate / f)
+_SMALL_R = 1e-3  # models.allocation.freshness's threshold for its series (r = rate / f)
 _SAMPLE = 1 << 16  # pages of the random sample that finds a start for the budget multiplier
-
-
-class AllocationInputError(ValueError):
-    """An allocation problem that cannot be solved as given; the message says why."""
 
 
 @dataclass
@@ -296,7 +293,7 @@ def weighted_sums(
 
 
 def fresh_values(rates: FloatArray, f: FloatArray) -> FloatArray:
-    """:func:`models.freshness.freshness` for frequencies >= 0, the same floats, cheaper.
+    """:func:`models.allocation.freshness.freshness` for frequencies >= 0, the same floats, cheaper.
 
     The closed form everywhere, then the series only where it is used (small r), instead
     of both everywhere and a choice between them.

@@ -7,7 +7,7 @@ from one table of ``y = log r`` on a uniform grid of ``u = log(t / (1 - t / limi
 Taylor coefficients of ``y`` to second order, so a page reads ``y`` from its nearest node
 with one gather per coefficient and a Horner step: ~1e-11 relative, no search, and the
 first and second derivatives come out of the same polynomial. Those derivatives are what
-the local models of :mod:`models.allocation_local` are made of.
+the local models of :mod:`models.allocation.local` are made of.
 
 Between ``edge`` (a relative 1e-9 below phi's limit) and the limit, f falls linearly to 0:
 in float64 f would fall from ~rate/37 to 0 within one ulp of the limit, and the loads
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from models.freshness import Objective
+from models.allocation.freshness import Objective
 
 FloatArray = NDArray[np.float64]
 

@@ -24,14 +24,14 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from models.backtest_last_modified import LM_ABSENT, LM_HONEST, LM_NOW
-from models.backtest_policies import uniform_frequencies
-from models.backtest_sim import PageTotals
-from models.backtest_workloads import Workload
+from models.backtest.last_modified import LM_ABSENT, LM_HONEST, LM_NOW
+from models.backtest.policies import uniform_frequencies
+from models.backtest.sim import PageTotals
+from models.backtest.workloads import Workload
 
 BoolArray = NDArray[np.bool_]
 
-#: Labels of the split by host capacity (read by ``models/backtest_targets.py``).
+#: Labels of the split by host capacity (read by ``models/backtest/targets.py``).
 BOUND_HOSTS, OTHER_HOSTS = "capacity-bound hosts", "other hosts"
 
 

@@ -12,7 +12,7 @@ last change. Before day 0 a page changing at rate ``r`` last changed an exponent
 ``Exp(r)`` ago (a Poisson process seen at a random time), drawn on its own seeded stream,
 so the changes every policy faces are the same whatever the shares. Learners see only the
 header values (days on the simulation's clock, NaN where none is sent), never the
-behaviour: they judge hosts from what the headers do (``models.validators``).
+behaviour: they judge hosts from what the headers do (``models.fetching.validators``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.backtest_web import BacktestInputError, DayChanges, FloatArray, IntArray
+from models.backtest.web import BacktestInputError, DayChanges, FloatArray, IntArray
 
 #: Per-host Last-Modified behaviour codes.
 LM_HONEST, LM_ABSENT, LM_NOW = 0, 1, 2

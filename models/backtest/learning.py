@@ -5,7 +5,8 @@ store keeps (``PageMoments``: observed intervals, those that saw a change, uncha
 sums of the first three powers of the changed intervals) plus the time of the last visit,
 updated in place from each day's fetches. A learner turns them into rates:
 
-* :class:`MixturePriorLearner` - the planner's estimator (``models/mixture_prior.py``: the
+* :class:`MixturePriorLearner` - the planner's estimator (``models/estimation/mixture_prior.py``:
+the
   robust group prior, "like its group, or like the web at large");
 * :class:`EmpiricalBayesLearner` - the earlier estimator (``estimate_from_moments``: MLE
   with one empirical-Bayes Gamma prior per group), kept as a variant for comparison;
@@ -25,12 +26,17 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from models.backtest_web import BacktestInputError, FloatArray, IntArray, RateSchedule
-from models.change_rate import MAX_RATE, MIN_RATE, estimate_from_moments
-from models.mixture_prior import DecayedMoments, MixturePrior, fit_mixture_prior
-from models.rate_data import GammaPrior, PageAges, PageMoments, moments_with_last_modified
-from models.rate_prior import fit_group_priors
-from models.validators import LM_CODES, judge_last_modified
+from models.backtest.web import BacktestInputError, FloatArray, IntArray, RateSchedule
+from models.estimation.change_rate import MAX_RATE, MIN_RATE, estimate_from_moments
+from models.estimation.mixture_prior import DecayedMoments, MixturePrior, fit_mixture_prior
+from models.estimation.rate_data import (
+    GammaPrior,
+    PageAges,
+    PageMoments,
+    moments_with_last_modified,
+)
+from models.estimation.rate_prior import fit_group_priors
+from models.fetching.validators import LM_CODES, judge_last_modified
 
 BoolArray = NDArray[np.bool_]
 
@@ -44,7 +50,7 @@ class PageObservations:
     page's first fetch only dates its last visit (and judges its Last-Modified, as the
     seed crawl does): it yields no interval. Where fetches come with a
     Last-Modified header, each is judged as the product judges stored history
-    (``models.validators.judge_last_modified``): the ages it tells are summed per page and
+    (``models.fetching.validators.judge_last_modified``): the ages it tells are summed per page and
     its evidence per host, and :meth:`moments` lets in the ages of trusted hosts only.
     """
 
@@ -258,7 +264,7 @@ def _fit_shared_library_prior(moments: PageMoments, groups: IntArray) -> GammaPr
 
 
 class MixturePriorLearner:
-    """Posterior modes under the robust group prior of ``models/mixture_prior.py``.
+    """Posterior modes under the robust group prior of ``models/estimation/mixture_prior.py``.
 
     The mixture is refitted on ``refit`` days (warm-started from the last fit); every day
     each page gets the component its observations make more probable. With

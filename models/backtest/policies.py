@@ -30,11 +30,11 @@ from typing import Protocol
 
 import numpy as np
 
-from models.allocation import allocate
-from models.backtest_learning import BoolArray, Estimate, PageObservations, RateLearner
-from models.backtest_web import BacktestInputError, FloatArray, IntArray, PublicWeb
-from models.freshness import FRESHNESS, Objective
-from models.planning import REASONS, Candidates, Slices, select_batch
+from models.allocation.allocate import allocate
+from models.allocation.freshness import FRESHNESS, Objective
+from models.backtest.learning import BoolArray, Estimate, PageObservations, RateLearner
+from models.backtest.web import BacktestInputError, FloatArray, IntArray, PublicWeb
+from models.planning.select import REASONS, Candidates, Slices, select_batch
 
 
 class Selector(Protocol):

@@ -1,8 +1,8 @@
 """The one registry of backtest policies: name -> factory, filled once, at import.
 
 A factory builds its policy from a :class:`PolicyContext`. The one way to register is the
-``register_policy`` decorator, at module level (``models.backtest`` registers the default
-comparison, ``models.backtest_variants`` the planner variants; ``models.backtest`` imports
+``register_policy`` decorator, at module level (``models.backtest.runner`` registers the default
+comparison, ``models.backtest.variants`` the planner variants; ``models.backtest.runner`` imports
 the variants, so importing it fills the registry). A name registered twice is an error;
 ``FACTORIES`` is a read-only view, so nothing adds or replaces a policy at run time: a run
 that wants a policy built differently builds it itself (``simulate`` takes ``Policy``
@@ -15,16 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import Any
 
-from models.backtest_policies import PlannerSettings, Policy
-from models.backtest_web import BacktestInputError
-from models.backtest_workloads import Workload
-from models.freshness import OBJECTIVES
-from models.planning import Slices
-
-if TYPE_CHECKING:
-    from models.backtest import BacktestConfig
+from models.allocation.freshness import OBJECTIVES
+from models.backtest.policies import PlannerSettings, Policy
+from models.backtest.web import BacktestInputError
+from models.backtest.workloads import Workload
+from models.planning.select import Slices
 
 
 @dataclass(frozen=True)
@@ -33,7 +30,9 @@ class PolicyContext:
 
     workload: Workload
     budget: float
-    config: BacktestConfig
+    #: the run's ``models.backtest.runner.BacktestConfig`` (not imported: the runner imports
+    #: this registry, and the layout test forbids a circle, even a typing-only one)
+    config: Any
 
     def planner_settings(
         self, *, slices: Slices | None = None, solve_every: int | None = None
@@ -60,7 +59,7 @@ def register_policy(
     name: str, *, default: bool = False
 ) -> Callable[[PolicyFactory], PolicyFactory]:
     """Decorator: register the factory under ``name``; ``default``: in every backtest's
-    comparison (``models.backtest.POLICIES``, in registration order). A name already
+    comparison (``models.backtest.runner.POLICIES``, in registration order). A name already
     registered raises ``BacktestInputError`` (and the registry is left as it was)."""
 
     def register(factory: PolicyFactory) -> PolicyFactory:

@@ -1,9 +1,9 @@
 """Policy backtest: how much freshness each unit of budget buys, per recrawl policy.
 
-A simulated web (``models/backtest_workloads.py``) with exact Poisson changes
-(``models/backtest_web.py``) is recrawled for ``days`` simulated days by every policy of
-``models/backtest_policies.py`` under the same daily budget, host capacities, web and seed
-(``models/backtest_sim.py``). Learning policies start from a seed crawl with no history and
+A simulated web (``models/backtest/workloads.py``) with exact Poisson changes
+(``models/backtest/web.py``) is recrawled for ``days`` simulated days by every policy of
+``models/backtest/policies.py`` under the same daily budget, host capacities, web and seed
+(``models/backtest/sim.py``). Learning policies start from a seed crawl with no history and
 learn rates only from what their own fetches found; with ``cold_start`` there is no seed
 crawl either (a freshly imported catalog: every page never fetched, day 0 an ordinary
 fetch day, and the default window days 0 to the end).
@@ -26,15 +26,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.backtest_hosts import HostSlice, format_host_slices, freshness_by_hosts, gap_share
-from models.backtest_last_modified import LastModifiedClock, LastModifiedShares
-from models.backtest_learning import (
+from models.allocation.freshness import OBJECTIVES
+from models.backtest.hosts import HostSlice, format_host_slices, freshness_by_hosts, gap_share
+from models.backtest.last_modified import LastModifiedClock, LastModifiedShares
+from models.backtest.learning import (
     MixturePriorLearner,
     NaiveLearner,
     OracleLearner,
     every_day,
 )
-from models.backtest_policies import (
+from models.backtest.policies import (
     NutchPolicy,
     PlannerPolicy,
     Policy,
@@ -42,18 +43,17 @@ from models.backtest_policies import (
     StormCrawlerPolicy,
     UniformPolicy,
 )
-from models.backtest_registry import (
+from models.backtest.registry import (
     FACTORIES,
     PolicyContext,
     check_policy_names,
     default_policies,
     register_policy,
 )
-from models.backtest_sim import DailyMetrics, PageTotals, simulate
-from models.backtest_web import BacktestInputError, ChangeStream, FloatArray
-from models.backtest_workloads import DEFAULT_HOST_CAPACITY, Workload, build_workload
-from models.freshness import OBJECTIVES
-from models.planning import Slices
+from models.backtest.sim import DailyMetrics, PageTotals, simulate
+from models.backtest.web import BacktestInputError, ChangeStream, FloatArray
+from models.backtest.workloads import DEFAULT_HOST_CAPACITY, Workload, build_workload
+from models.planning.select import Slices
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class BacktestConfig:
     #: days between the learners' re-estimations (and re-allocations)
     solve_every: int = 1
     #: shares of hosts whose Last-Modified is honest / a "now" stamp (the rest send none);
-    #: an assumption (``models/backtest_last_modified.py``)
+    #: an assumption (``models/backtest/last_modified.py``)
     last_modified_honest: float = 0.5
     last_modified_now: float = 0.25
     #: no seed crawl: every page starts never fetched and day 0 is a fetch day
@@ -189,7 +189,7 @@ class BacktestResult:
     notes: dict[str, dict[str, float]] = field(default_factory=dict)
     bands: dict[str, FloatArray] = field(default_factory=dict)
     shift_day: int | None = None
-    #: the window's freshness by slices of hosts (``models/backtest_hosts.py``)
+    #: the window's freshness by slices of hosts (``models/backtest/hosts.py``)
     host_slices: list[HostSlice] = field(default_factory=list)
 
     def by_name(self, name: str) -> PolicySummary:
@@ -408,5 +408,5 @@ def format_bands(result: BacktestResult) -> str:
 
 
 # The planner variants register on import, after the default comparison: importing this
-# module fills the one registry (``models.backtest_registry``).
-from models import backtest_variants as _variants  # noqa: E402, F401
+# module fills the one registry (``models.backtest.registry``).
+from models.backtest import variants as _variants  # noqa: E402, F401

@@ -15,10 +15,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from models.backtest_policies import fill_in_order
-from models.backtest_web import FloatArray, IntArray
-from models.freshness import freshness_gain
-from models.planning import AHEAD, REESTIMATION, Candidates, Slices, select_batch
+from models.allocation.freshness import freshness_gain
+from models.backtest.policies import fill_in_order
+from models.backtest.web import FloatArray, IntArray
+from models.planning.select import AHEAD, REESTIMATION, Candidates, Slices, select_batch
 
 
 def select_with_horizon(

@@ -25,9 +25,9 @@ from typing import Protocol
 
 import numpy as np
 
-from models.backtest_last_modified import LastModifiedClock
-from models.backtest_policies import Policy
-from models.backtest_web import BacktestInputError, DayChanges, FloatArray, IntArray, PublicWeb
+from models.backtest.last_modified import LastModifiedClock
+from models.backtest.policies import Policy
+from models.backtest.web import BacktestInputError, DayChanges, FloatArray, IntArray, PublicWeb
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def simulate(
     break results down.
     ``tracked`` pages get their own freshness series (``tracked_freshness``).
     With ``last_modified``, every fetch (the seed crawl's included) comes with the
-    Last-Modified header the page's host sends (``models/backtest_last_modified.py``);
+    Last-Modified header the page's host sends (``models/backtest/last_modified.py``);
     without it, none does.
     """
     if days < 2:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.backtest import BAND_LABELS, BacktestResult, recovery
-from models.backtest_hosts import BOUND_HOSTS, OTHER_HOSTS
+from models.backtest.hosts import BOUND_HOSTS, OTHER_HOSTS
+from models.backtest.runner import BAND_LABELS, BacktestResult, recovery
 
 
 @dataclass(frozen=True)

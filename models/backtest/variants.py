@@ -3,7 +3,7 @@ default comparison: each changes one thing, so its effect can be read off agains
 ``planner`` (see BENCHMARKS.md, "Policy backtest").
 
 * ``planner-gamma`` - the earlier estimator: one empirical-Bayes Gamma prior per group
-  (``models/rate_prior.py``) instead of the mixture prior;
+  (``models/estimation/rate_prior.py``) instead of the mixture prior;
 * ``planner-weekly`` - the mixture prior refitted daily in the first week, then weekly;
 * ``planner+probe`` - a probe slice (``backtest_select.select_with_probes``):
   revisit, one cycle later, pages whose rate is uncertain and not slow;
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.backtest_learning import (
+from models.backtest.learning import (
     EmpiricalBayesLearner,
     Estimate,
     MixturePriorLearner,
@@ -32,11 +32,11 @@ from models.backtest_learning import (
     default_refit_days,
     every_day,
 )
-from models.backtest_policies import PlannerPolicy, Policy, Selector
-from models.backtest_registry import FACTORIES, PolicyContext, register_policy
-from models.backtest_select import select_nearest_due, select_with_horizon, select_with_probes
-from models.backtest_web import IntArray, RateSchedule
-from models.planning import Slices
+from models.backtest.policies import PlannerPolicy, Policy, Selector
+from models.backtest.registry import FACTORIES, PolicyContext, register_policy
+from models.backtest.select import select_nearest_due, select_with_horizon, select_with_probes
+from models.backtest.web import IntArray, RateSchedule
+from models.planning.select import Slices
 
 
 def _prior_variant(
@@ -124,4 +124,4 @@ VARIANTS = tuple(name for name, build in FACTORIES.items() if build.__module__ =
 
 def register_variants() -> None:
     """Does nothing: the variants are registered when this module is imported (which
-    ``models.backtest`` does). Kept for callers written when this filled the table."""
+    ``models.backtest.runner`` does). Kept for callers written when this filled the table."""

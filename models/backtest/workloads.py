@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from models.backtest_last_modified import LM_ABSENT, LastModifiedShares, host_behaviour
-from models.backtest_web import (
+from models.backtest.last_modified import LM_ABSENT, LastModifiedShares, host_behaviour
+from models.backtest.web import (
     BacktestInputError,
     FloatArray,
     IntArray,
@@ -60,7 +60,7 @@ class Workload:
     truth: RateSchedule
     group_class: IntArray  # per group: 0 static, 1 middle, 2 fast (description only)
     description: str
-    #: per host, what its Last-Modified is (``models/backtest_last_modified.py`` codes;
+    #: per host, what its Last-Modified is (``models/backtest/last_modified.py`` codes;
     #: None: no host sends one). Truth: only the simulator reads it.
     last_modified: IntArray | None = None
 

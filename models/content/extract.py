@@ -1,14 +1,14 @@
 """A fetched body's record: the fields the user cares about, their hash, text and simhash.
 
 ``extract(body, content_type, url, rules)`` is the whole API: it picks the rule for ``url``
-(``models.extract_rules``), decodes the body, reads the fields and returns a ``Record``.
+(``models.content.extract_rules``), decodes the body, reads the fields and returns a ``Record``.
 "Changed" means ``record_hash`` differs between two observations; volatile noise (server
 time, ads, session tokens, visitor counters) is kept out of the record so it never counts.
 
 Which rule applies: the first matching entry of ``rules`` decides how the body is read,
 whatever its declared type (JSON endpoints are often served as ``text/plain``). Without
 one, the content type does (sniffed from the first bytes when missing): HTML gets the
-main-text rule, JSON its pruned document (``models.noise.prune_volatile_json``), other text
+main-text rule, JSON its pruned document (``models.content.noise.prune_volatile_json``), other text
 its noise-free text, and anything else (images, PDF) its exact bytes (``content_hash``).
 
 Decoding follows the HTML standard's order: a byte-order mark, else the ``charset`` of the
@@ -28,10 +28,10 @@ from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from models.extract_rules import CssRule, ExtractionRules, JsonRule, MainTextRule
-from models.noise import collapse_spaces, prune_volatile_json, strip_volatile_text
-from models.simhash import simhash
-from models.urls import InvalidURLError, normalize, resolve
+from models.content.extract_rules import CssRule, ExtractionRules, JsonRule, MainTextRule
+from models.content.noise import collapse_spaces, prune_volatile_json, strip_volatile_text
+from models.content.simhash import simhash
+from models.discovery.urls import InvalidURLError, normalize, resolve
 
 KINDS = ("html", "json", "text", "binary", "empty")
 DEFAULT_RULES = ExtractionRules()
@@ -60,7 +60,7 @@ class Record:
     ``text`` is the normalized, noise-free text ``simhash`` (signed 64-bit) is computed from;
     ``content_hash`` (BLAKE2b-128, hex) is the exact raw body's. ``canonical`` is the page's
     ``rel="canonical"`` link resolved and normalized (None if absent or invalid); follow it
-    with ``models.urls.canonical``. ``missing`` names fields whose selector found nothing.
+    with ``models.discovery.urls.canonical``. ``missing`` names fields whose selector found nothing.
     """
 
     fields: dict[str, str]

@@ -1,4 +1,5 @@
-"""What to extract from a page, per host or URL pattern: the values ``models.extract`` obeys.
+"""What to extract from a page, per host or URL pattern: the values ``models.content.extract``
+obeys.
 
 A page's *record* is what the user cares about; "changed" means its hash differs. Three kinds
 of rule say what the record is:
@@ -8,7 +9,7 @@ of rule say what the record is:
 * ``JsonRule``: named fields read with JSONPath (strict RFC 9535, python-jsonpath), for JSON
   endpoints;
 * ``MainTextRule``: the default for HTML, the page's title and main text without scripts,
-  navigation, ads and volatile noise (``models.noise``).
+  navigation, ads and volatile noise (``models.content.noise``).
 
 ``ExtractionRules`` is an ordered list of (``UrlPattern``, rule); the first pattern that
 matches a URL wins, so put specific patterns first. Rules are validated when built (a bad
@@ -26,8 +27,8 @@ from typing import Any
 import jsonpath
 from selectolax.lexbor import LexborHTMLParser, SelectolaxError
 
-from models.noise import DEFAULT_DROP_SELECTORS
-from models.urls import split_uri
+from models.content.noise import DEFAULT_DROP_SELECTORS
+from models.discovery.urls import split_uri
 
 _ATTR_SUFFIX = re.compile(r"::attr\(\s*([^)\s]+)\s*\)\s*$")
 _PROBE_HTML = "<html><body><p></p></body></html>"
@@ -111,7 +112,7 @@ class MainTextRule:
 
     The main text is read from ``<main>``, else ``[role=main]``, else the only ``<article>``,
     else ``<body>``, after removing every element ``drop_selectors`` matches; then the text
-    patterns of ``models.noise`` and ``extra_noise`` (regular expressions) are removed.
+    patterns of ``models.content.noise`` and ``extra_noise`` (regular expressions) are removed.
     """
 
     drop_selectors: tuple[str, ...] = DEFAULT_DROP_SELECTORS

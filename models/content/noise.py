@@ -5,7 +5,7 @@ every load "changes" constantly and means nothing (the scheduling article: hash 
 record, not the HTML). Two layers remove it:
 
 * elements, by tag and by common class/id names (``DEFAULT_DROP_SELECTORS``, used by the
-  main-text rule of ``models.extract``: scripts, navigation, ads, hidden elements...);
+  main-text rule of ``models.content.extract``: scripts, navigation, ads, hidden elements...);
 * text, by pattern (``strip_volatile_text``): dates and times, relative times ("5 minutes
   ago"), hex/UUID/base64-looking tokens (sessions, CSRF values, request ids) and
   audience counters ("12 people viewing", "3 users online").

@@ -1,16 +1,16 @@
 """Which discovered URLs enter the catalog: normalization, trap defenses, de-duplication, caps.
 
-Pure: candidate URLs in, a decision per URL out; ``tasks.discovery`` does the I/O. The rules
+Pure: candidate URLs in, a decision per URL out; ``tasks.discovery.run`` does the I/O. The rules
 are the crawler-design article's defenses against crawler traps and duplicates:
 
-1. Normalize (``models.urls.normalize``); a URL that does not normalize is ``bad_url``.
+1. Normalize (``models.discovery.urls.normalize``); a URL that does not normalize is ``bad_url``.
 2. De-duplicate: the first occurrence in this run wins (callers pass seeds, then sitemap
    entries, then links). A link, and only a link, is then checked against the Bloom filter
    of links settled in earlier runs (added, or rejected for good as a trap or by
    robots.txt): a hit is skipped at once and counted as ``seen_links``. About 1% of truly
    new links are lost to false positives, the price the article accepts; seeds and sitemap
    entries must never be lost, so they only meet the exact checks.
-3. ``models.urls.url_trap_reason``: too long, too deep, or repeated path segments
+3. ``models.discovery.urls.url_trap_reason``: too long, too deep, or repeated path segments
    (``/a/b/a/b/a/b``): ``trap``.
 4. A URL already in the catalog (exact set of url ids) is ``known``, not new, and keeps its
    catalog row (a sitemap's newer lastmod still updates it).
@@ -42,8 +42,8 @@ from datetime import datetime
 
 import numpy as np
 
-from models.seen import BloomFilter, ExactSeenSet
-from models.urls import (
+from models.discovery.seen import BloomFilter, ExactSeenSet
+from models.discovery.urls import (
     MAX_URL_LENGTH,
     InvalidURLError,
     normalize,
@@ -82,7 +82,7 @@ class NewPage:
 
 @dataclass(frozen=True)
 class TrapLimits:
-    max_length: int = MAX_URL_LENGTH  # the catalog's limit too (one home: models.urls)
+    max_length: int = MAX_URL_LENGTH  # the catalog's limit too (one home: models.discovery.urls)
     max_depth: int = 16
     max_repeats: int = 3
 
@@ -264,7 +264,7 @@ def honoured_canonicals(
     """For each fetched page (normalized URL), the URL it is known by from now on, or None.
 
     ``declared`` maps a page to the canonical URL its latest fetch named (already limited
-    to its site by ``models.urls.canonical``), or None. A canonical is honoured only if it
+    to its site by ``models.discovery.urls.canonical``), or None. A canonical is honoured only if it
     names another page that is itself canonical: not declared elsewhere in this cycle,
     and not ``demoted(url)`` (the catalog already knows it by another URL). Chains are not
     followed and two pages naming each other both stay, rather than both disappearing.
@@ -288,7 +288,7 @@ def cluster_keepers(
 ) -> np.ndarray:
     """The url id each near-duplicate cluster keeps at full value, for each of its pages.
 
-    Arrays are aligned by page (``cluster``: small non-negative labels, ``models.simhash``);
+    Arrays are aligned by page (``cluster``: small non-negative labels, ``models.content.simhash``);
     the kept page is the one not known by another URL (``demoted``: it has a canonical),
     then of highest value, then of smallest url id, so the choice is stable across cycles.
     """

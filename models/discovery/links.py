@@ -1,12 +1,12 @@
 """Links of a fetched HTML page, resolved and normalized: what discovery feeds on.
 
 Pure (no I/O). The page is parsed with selectolax's lexbor parser (the one
-``models.extract`` uses) and decoded the same way (``models.extract.decode_body``).
+``models.content.extract`` uses) and decoded the same way (``models.content.extract.decode_body``).
 
 - ``<a href>`` and ``<area href>`` are links; ``<link>``, scripts, images and forms are not
   pages to crawl.
 - The base is the first ``<base href>`` (HTML standard), resolved against the page URL;
-  references are resolved by RFC 3986 section 5 (``models.urls.resolve``) and normalized.
+  references are resolved by RFC 3986 section 5 (``models.discovery.urls.resolve``) and normalized.
 - ``rel="nofollow"`` links are skipped, and ``<meta name="robots" content="nofollow">``
   (or ``none``) skips every link of the page. The choice: a site marks with nofollow what it
   does not vouch for (user comments, calendars, faceted filters), which is where crawler
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from selectolax.lexbor import LexborHTMLParser
 
-from models.extract import decode_body
-from models.urls import InvalidURLError, normalize, resolve
+from models.content.extract import decode_body
+from models.discovery.urls import InvalidURLError, normalize, resolve
 
 MAX_LINKS = 5_000
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -74,7 +74,8 @@ def page_links(
 
     ``canonical`` is the first ``<link rel="canonical" href>`` of ``<head>`` resolved and
     normalized, as written (None if absent or invalid): whether to honour it is
-    ``models.urls.canonical``'s decision (same site only). A page saying ``nofollow`` still
+    ``models.discovery.urls.canonical``'s decision (same site only). A page saying ``nofollow``
+    still
     has its canonical read: it names the page itself, not a link to follow.
     """
     media = (content_type or "").split(";", 1)[0].strip().lower()

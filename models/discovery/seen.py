@@ -4,7 +4,7 @@ The crawler-design article: check a set of seen URLs before a link goes back to 
 at billions of URLs a Bloom filter sized for 1% false positives (about 9.6 bits and 7 hash
 functions per URL) is the usual choice, and a false positive only skips a URL never seen;
 keep an exact store for the URLs you cannot afford to miss, such as sitemap entries and the
-catalog. Both work on numpy arrays of ``models.urls.url_id`` values, a batch at a time.
+catalog. Both work on numpy arrays of ``models.discovery.urls.url_id`` values, a batch at a time.
 """
 
 from __future__ import annotations

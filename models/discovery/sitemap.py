@@ -1,6 +1,7 @@
 """Sitemaps (sitemaps.org protocol 0.9) parsed safely and within the protocol's limits.
 
-Pure: bytes in, entries or a rejection out; ``tasks.sitemaps`` does the fetching. A sitemap
+Pure: bytes in, entries or a rejection out; ``tasks.discovery.sitemaps`` does the fetching. A
+sitemap
 lists at most 50,000 URLs and is at most 50 MB (52,428,800 bytes) uncompressed; a sitemap
 index lists sitemaps. Hostile or broken files are rejected as a whole with a reason code
 (``SitemapRejectedError.reason``) and a sentence naming what was wrong:

@@ -30,7 +30,7 @@ from urllib.parse import unquote
 
 import idna
 
-from models.redaction import redact_url
+from models.fetching.redaction import redact_url
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 #: Characters a normalized page URL may have: longer ones are refused by the catalog and
@@ -292,7 +292,7 @@ def _site(normalized_url: str) -> str:
 def shown_url(url: str) -> str:
     """``url`` as it may be printed (errors, logs, rows): no userinfo, no secret parameters.
 
-    ``models.redaction.redact_url``, and for a string it cannot split (an unclosed IPv6
+    ``models.fetching.redaction.redact_url``, and for a string it cannot split (an unclosed IPv6
     literal...) the same without the userinfo only; never raises.
     """
     try:

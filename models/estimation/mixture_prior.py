@@ -1,6 +1,7 @@
 """A robust group prior for change rates: "like its group, or like the web at large".
 
-``models/rate_prior.py`` fits one Gamma shape against one overall mean and then a mean per
+``models/estimation/rate_prior.py`` fits one Gamma shape against one overall mean and then a mean
+per
 group. Fitted that way the shape measures the spread of *all* rates on the web (about 0.04
 on a measured-like web, whose rates run from once a decade to hourly), so the prior carries
 almost no weight: a page seen once or twice is estimated from those observations alone,
@@ -28,7 +29,7 @@ an odd page gets its posterior under ``level_prior``, computed on the grid (geom
 and standard deviation of the rate). Pages with no history get their group's prior.
 
 Trusted Last-Modified ages (``PageMoments.aged_count`` / ``aged_days``, see
-``models.rate_data.with_trusted_ages``) add ``K log r - r S`` to a page's log-likelihood:
+``models.estimation.rate_data.with_trusted_ages``) add ``K log r - r S`` to a page's log-likelihood:
 on the grid, to the pooled group levels, and in closed form against a Gamma (a page with no
 censored changed interval keeps an exact marginal likelihood).
 """
@@ -44,9 +45,15 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, special
 
-from models.change_rate import MIN_RATE, estimate_from_moments, rate_cap
-from models.rate_data import GammaPrior, IntervalStats, PageMoments, RateEstimates, group_codes
-from models.rate_solver import bincount, two_point_quadrature
+from models.estimation.gamma_core import MIN_RATE, estimate_with_gamma, rate_cap
+from models.estimation.rate_data import (
+    GammaPrior,
+    IntervalStats,
+    PageMoments,
+    RateEstimates,
+    group_codes,
+)
+from models.estimation.rate_solver import bincount, two_point_quadrature
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -146,7 +153,7 @@ class MixturePrior:
         self, moments: PageMoments, groups: IntArray
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Per page: rate, standard error of log rate, and probability of being odd."""
-        est = estimate_from_moments(moments, prior=self.group_gamma(groups))
+        est = estimate_with_gamma(moments, self.group_gamma(groups))
         rate, log_std = est.rate.copy(), est.log_std.copy()
         odd = np.zeros(moments.size)
         seen = np.flatnonzero((moments.n_intervals > 0) | (moments.ages()[1] > 0))
@@ -182,7 +189,7 @@ def estimate_with_mixture_prior(
 
     ``groups`` (dense codes per page: host x page type, or host) are what pages share;
     ``start`` warm-starts the fit from yesterday's prior. Returns the estimates in the shape
-    of ``models.change_rate.estimate_from_moments`` (a 90% interval from the log-rate's
+    of ``models.estimation.change_rate.estimate_from_moments`` (a 90% interval from the log-rate's
     standard error; ``prior_rate`` the group's mean) and the fitted prior.
     """
     codes = group_codes(groups, moments.size)

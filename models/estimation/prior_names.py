@@ -1,6 +1,7 @@
 """The priors the rate estimator may be asked for by name (``--prior``, flow parameters).
 
-Apart from ``models.change_rate`` so that the command line can list them without importing
+Apart from ``models.estimation.change_rate`` so that the command line can list them without
+importing
 scipy; what each does, and what stands in where one cannot be fitted, is there
 (``estimate_from_moments``, ``FALLBACKS``).
 """

@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
-from models.rate_solver import bincount, two_point_quadrature
+from models.estimation.rate_solver import bincount, two_point_quadrature
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -268,7 +268,7 @@ class PageAges:
     """Per page, what Last-Modified told about its changes (before judging its host).
 
     ``count`` observations came with a usable age (a recent first observation, or a changed
-    one whose Last-Modified falls after the previous visit; ``models.validators.
+    one whose Last-Modified falls after the previous visit; ``models.fetching.validators.
     judge_last_modified``) and ``days`` sums those ages and the horizon of first
     observations whose last change is older. Of them, ``n_changed`` were changed
     intervals, whose lengths' first three powers sum to ``changed_sum*``: these are also in
@@ -298,7 +298,7 @@ def with_trusted_ages(
     a first observation with a trusted age contributes ``log r - r A`` as well. Over a page,
     ``K log r - r S``: conjugate with a Gamma prior, whose shape gains ``K`` and rate ``S``.
     Untrusted pages keep their censored statistics. Shapes must match; ``trusted`` is per
-    page (its host's verdict, ``models.validators.last_modified_trusted``).
+    page (its host's verdict, ``models.fetching.validators.last_modified_trusted``).
     """
     size = moments.size
     for name, values in (("ages", ages.count), ("trusted", trusted)):
@@ -497,13 +497,13 @@ def moments_with_last_modified(
 ) -> PageMoments:
     """The planner's per-page statistics: censored sums, plus the ages of trusted hosts.
 
-    ``host_evidence`` (hosts x ``LM_CODES``) counts what ``models.validators.
+    ``host_evidence`` (hosts x ``LM_CODES``) counts what ``models.fetching.validators.
     judge_last_modified`` said of each host's observations; ``page_host`` codes each page's
     host. Hosts ``last_modified_trusted`` trusts get their pages' ages into the likelihood
     (:func:`with_trusted_ages`); the others keep "changed since the last visit" only. The
-    backtest's planner and ``tasks/estimation.py`` both build their moments here.
+    backtest's planner and ``tasks/cycle/estimation.py`` both build their moments here.
     """
-    from models.validators import last_modified_trusted
+    from models.fetching.validators import last_modified_trusted
 
     if page_host.shape != (moments.size,):
         raise EstimationInputError(f"page_host must have one entry per page ({moments.size})")

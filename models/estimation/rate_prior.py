@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import optimize, special
 
-from models.rate_data import (
+from models.estimation.rate_data import (
     GammaPrior,
     IntervalStats,
     PageMoments,
@@ -25,7 +25,7 @@ from models.rate_data import (
     select_pages,
     weak_prior,
 )
-from models.rate_solver import bincount
+from models.estimation.rate_solver import bincount
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -53,7 +53,7 @@ def fit_group_priors(
        ``sample_per_group`` of its pages (``max_group_sample`` in all), shrunk toward the
        overall mean by ``pseudo_pages`` pages, so a group of three pages barely moves.
 
-    With no observed page at all the prior is ``models.rate_data.weak_prior``.
+    With no observed page at all the prior is ``models.estimation.rate_data.weak_prior``.
     """
     p = stats.size
     codes = group_codes(groups, p)

@@ -46,7 +46,7 @@ def solve_posterior_mode(
     ``target`` is ``U + b`` per page, ``shape`` is ``a``. Nodes may come in any order.
     Pages with no root (nothing unchanged and no prior rate, or no change and no prior
     shape) get NaN rate. Callers with millions of pages solve them in chunks of
-    ``CHUNK_PAGES`` (see ``models.change_rate``): the temporaries then stay in cache.
+    ``CHUNK_PAGES`` (see ``models.estimation.change_rate``): the temporaries then stay in cache.
     """
     if node_page.shape[0] and (np.diff(node_page) < 0).any():
         order = np.argsort(node_page, kind="stable")

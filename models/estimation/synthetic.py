@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from models.discovery.urls import url_id
 from models.schemas import HISTORY_SCHEMA
-from models.urls import url_id
 
 VALUE_TIERS = np.array([1.0, 2.0, 5.0, 10.0])
 TIER_SHARES = np.array([0.6, 0.25, 0.1, 0.05])

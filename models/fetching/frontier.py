@@ -27,8 +27,8 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from models.host_state import HostState, Signal
-from models.politeness import AimdLimit, PacingPolicy, ThrottleBackoff
+from models.fetching.host_state import HostState, Signal
+from models.fetching.politeness import AimdLimit, PacingPolicy, ThrottleBackoff
 
 
 @dataclass(slots=True)

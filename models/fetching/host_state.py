@@ -2,9 +2,9 @@
 
 Pure bookkeeping, no clock of its own: every method takes ``now`` (monotonic seconds) and
 durations from the caller. ``HostState`` combines the politeness policies of
-``models.politeness``: when a slot of the host becomes free (pacing gap after each request,
+``models.fetching.politeness``: when a slot of the host becomes free (pacing gap after each request,
 stretched when the adaptive limit is below one), the adaptive limit itself, the pause after
-throttling, and the validator trust of ``models.validators``.
+throttling, and the validator trust of ``models.fetching.validators``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import random
 from dataclasses import dataclass, field
 from enum import Enum
 
-from models.politeness import AimdLimit, PacingPolicy, ThrottleBackoff
-from models.validators import ValidatorTrust
+from models.fetching.politeness import AimdLimit, PacingPolicy, ThrottleBackoff
+from models.fetching.validators import ValidatorTrust
 
 #: Weight of the newest latency in the host's moving average.
 LATENCY_EWMA_WEIGHT = 0.2

@@ -7,7 +7,7 @@ refused, whatever form it is written in (``::ffff:127.0.0.1``, ``2002:7f00:1::``
 is every scheme other than http and https. An explicit allow-list of networks (the sandbox
 and the tests pass ``127.0.0.0/8`` and ``::1``) opens chosen networks again.
 
-This module only classifies; ``tasks.net_guard`` applies it after DNS resolution, to the
+This module only classifies; ``tasks.fetch.net_guard`` applies it after DNS resolution, to the
 address the connection then goes to (no second lookup, so no DNS rebinding window).
 """
 

@@ -3,7 +3,7 @@
 A WARC request record is a copy of what the crawler sent. Credentials of a scraping API or a
 proxy, session cookies and bearer tokens would otherwise sit in plain text in files that are
 meant to be shared, copied to object storage and kept for years. This module decides, as pure
-policy, what is removed before a request is archived; ``tasks.warc`` applies it.
+policy, what is removed before a request is archived; ``tasks.archive.warc`` applies it.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from models.freshness import fresh_days_after_visit
+from models.allocation.freshness import fresh_days_after_visit
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

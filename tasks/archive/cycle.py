@@ -2,7 +2,7 @@
 
 * ``previous_captures``: the batch's Parquet carries each page's last capture from an
   earlier cycle (``warc_file``/``warc_offset``, joined from the history by the split), and
-  the batch's ``WarcWriter`` gets a ``tasks.warc_read.PreviousCaptures`` lookup over them, so
+  the batch's ``WarcWriter`` gets a ``tasks.archive.read.PreviousCaptures`` lookup over them, so
   an unchanged payload is written as a revisit record referring to that capture.
 * ``with_archived_files``: a part lists, in its Parquet key-value metadata, the WARC files
   its batch run published, so the list and the rows are published by one rename.
@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tasks.history import HistoryStore, connect
-from tasks.warc import remove_orphaned_files
-from tasks.warc_read import PreviousCaptures
+from tasks.archive.read import PreviousCaptures
+from tasks.archive.warc import remove_orphaned_files
+from tasks.store.history import HistoryStore, connect
 
 log = logging.getLogger(__name__)
 

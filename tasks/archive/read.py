@@ -1,7 +1,7 @@
 """Reading archived responses back: one record by file and offset (what a history row keeps).
 
 Records are parsed by warcio's ``ArchiveIterator`` from the offset of their gzip member, with
-digests verified; an identical-payload revisit written by ``tasks.warc.WarcWriter`` is
+digests verified; an identical-payload revisit written by ``tasks.archive.warc.WarcWriter`` is
 followed to the record that holds the payload.
 
 ``PreviousCaptures`` is the writer's lookup of each page's previous capture across cycles:
@@ -21,7 +21,13 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 from warcio.statusandheaders import StatusAndHeaders
 
-from tasks.warc import PROFILE_IDENTICAL, REFERS_TO_LOCATION, WARC_DIR, PayloadRef, WarcError
+from tasks.archive.warc import (
+    PROFILE_IDENTICAL,
+    REFERS_TO_LOCATION,
+    WARC_DIR,
+    PayloadRef,
+    WarcError,
+)
 
 log = logging.getLogger(__name__)
 

@@ -7,19 +7,19 @@ Layout under ``<root>/warc/cycle=<id>/``::
     .recrawl-<...>.warc.gz.<hex>.tmp                     a file being written
 
 Each file opens with a ``warcinfo`` record. Every exchange that got an HTTP answer (2xx, 304,
-4xx, 5xx alike) becomes a ``request`` record (secrets stripped, ``models.redaction``) and a
+4xx, 5xx alike) becomes a ``request`` record (secrets stripped, ``models.fetching.redaction``) and a
 ``response`` record, or a ``revisit`` record when nothing new needs storing: a 304 (profile
 ``server-not-modified``) or a 2xx whose payload digest equals one already stored (profile
 ``identical-payload-digest``; the digest of a page's previous observation given by the
 caller, or any payload this writer stored before). Across cycles the caller names each
 page's previous capture: ``previous=`` per call, or a lookup by page URL given to the writer
-(``WarcWriter(previous_captures=...)``, e.g. ``tasks.warc_read.PreviousCaptures`` over the
+(``WarcWriter(previous_captures=...)``, e.g. ``tasks.archive.read.PreviousCaptures`` over the
 history's ``warc_file``/``warc_offset``), asked only for 2xx and 304 answers. Every record
 carries ``WARC-Block-Digest`` and, where it has a payload, ``WARC-Payload-Digest`` (SHA-1,
 base 32, as warcio computes).
 
 Crash safety: a file is written under a temporary name and renamed into place durably
-(``tasks.durable.durable_rename``: fsync, rename, fsync of the folder) only when it is
+(``tasks.store.durable.durable_rename``: fsync, rename, fsync of the folder) only when it is
 complete (``close`` or rotation at ``max_file_bytes``). The history must be committed only
 after the writer is closed (``with WarcWriter(...) as warc: ...`` then ``write_cycle``); a
 process killed before that leaves temporary files that no history row names and that
@@ -61,8 +61,8 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
-from models.redaction import DEFAULT_POLICY, RedactionPolicy, redact_headers, redact_url
-from tasks.durable import durable_rename, fsync_dir, temp_path
+from models.fetching.redaction import DEFAULT_POLICY, RedactionPolicy, redact_headers, redact_url
+from tasks.store.durable import durable_rename, fsync_dir, temp_path
 
 log = logging.getLogger(__name__)
 
@@ -508,7 +508,7 @@ def remove_stale_temp_files(root: str | Path, older_than_s: float = TEMP_MAX_AGE
     """Delete temporary WARC files left by killed writers; returns how many were removed."""
     removed = 0
     now = time.time()
-    # ``.<name>.<hex>.tmp`` (tasks.durable.temp_path), and ``.<name>.tmp`` of older writers
+    # ``.<name>.<hex>.tmp`` (tasks.store.durable.temp_path), and ``.<name>.tmp`` of older writers
     for temp in (Path(root) / WARC_DIR).glob("cycle=*/.*.warc.gz*.tmp"):
         with contextlib.suppress(OSError):
             if now - temp.stat().st_mtime >= older_than_s:

@@ -9,7 +9,8 @@ Two halves:
 
 * **In each host batch** (``PageCollector``, ``write_batch_content``): the record hasher is
   wrapped so that each answered page is also read for its links and canonical link
-  (``models.links.page_links``, one parse). Links the batch's robots.txt rules deny, and the
+  (``models.discovery.links.page_links``, one parse). Links the batch's robots.txt rules deny, and
+  the
   sitemaps those rules name, are dropped there (the engine's rules are in that process).
   The rest go to ``_work/cycle=<id>/content/<batch>.parquet``, one row per distinct link
   and one per answered page (its declared canonical, or NULL).
@@ -21,12 +22,12 @@ Two halves:
      (the target's value becomes the larger of the two); a target the catalog lacks is
      added (source ``canonical``). A page fetched without such a link gets NULL again.
   2. links the catalog lacks (a DuckDB anti-join), in scope (by default, hosts the catalog
-     already holds), the most linked first, are landed by ``tasks.discovery.land``
+     already holds), the most linked first, are landed by ``tasks.discovery.run.land``
      (normalized, Bloom filter of seen links, trap defenses, exact catalog check, per-host
      caps by importance), at most ``max_new_pages`` a cycle; the rest come back later.
   3. near-duplicates: the latest simhash of every page (history) is clustered
-     (``models.simhash.near_duplicate_clusters``, 3 bits); in each cluster one page is kept
-     (``models.discovery.cluster_keepers``) and the others get ``near_duplicate_of`` (the
+     (``models.content.simhash.near_duplicate_clusters``, 3 bits); in each cluster one page is kept
+     (``models.discovery.admission.cluster_keepers``) and the others get ``near_duplicate_of`` (the
      planner plans them at ``NEAR_DUPLICATE_VALUE`` times their value). The report goes to
      ``reports/cycle=<id>/near_duplicates.json``.
 """
@@ -47,22 +48,22 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from models.discovery import (
+from models.content.simhash import NEAR_DUPLICATE_BITS, near_duplicate_clusters
+from models.discovery.admission import (
     Candidate,
     cluster_keepers,
     honoured_canonicals,
     screen_candidates,
 )
-from models.links import PageLinks, page_links
-from models.seen import ExactSeenSet
-from models.simhash import NEAR_DUPLICATE_BITS, near_duplicate_clusters
-from models.urls import InvalidURLError, canonical, url_host, url_id
-from tasks.catalog import CatalogStore
-from tasks.discovery import DiscoverySettings, land
-from tasks.durable import durable_write_parquet, durable_write_text
-from tasks.fetch_rows import RecordDigest, RecordHasher
-from tasks.history import HistoryStore, connect
-from tasks.robots import RobotsCache, RobotsRules
+from models.discovery.links import PageLinks, page_links
+from models.discovery.seen import ExactSeenSet
+from models.discovery.urls import InvalidURLError, canonical, url_host, url_id
+from tasks.discovery.run import DiscoverySettings, land
+from tasks.fetch.robots import RobotsCache, RobotsRules
+from tasks.fetch.rows import RecordDigest, RecordHasher
+from tasks.store.catalog import CatalogStore
+from tasks.store.durable import durable_write_parquet, durable_write_text
+from tasks.store.history import HistoryStore, connect
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ def apply_cycle_content(
 ) -> ContentResult:
     """Canonicals, links and near-duplicates of a committed cycle (module docstring).
 
-    ``folder`` is the cycle's work folder (``tasks.cycle.work_dir``). Safe to run again: a
+    ``folder`` is the cycle's work folder (``tasks.cycle.work.work_dir``). Safe to run again: a
     second run finds the links known, sets the same columns and rewrites the same report.
     DuckDB joins the batches' files with the catalog, so only pages with a canonical to
     act on and links the catalog lacks reach Python.

@@ -10,14 +10,19 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from models.change_rate import PageMoments, PriorChoice, RateEstimates, estimate_from_moments
-from models.rate_data import PageAges, moments_with_last_modified
+from models.estimation.change_rate import (
+    PageMoments,
+    PriorChoice,
+    RateEstimates,
+    estimate_from_moments,
+)
+from models.estimation.rate_data import PageAges, moments_with_last_modified
+from models.fetching.validators import LM_CODES
 from models.schemas import LM_EVIDENCE_COLUMNS
-from models.validators import LM_CODES
-from tasks.catalog import CatalogStore
-from tasks.durable import durable_write
-from tasks.history import HistoryStore, connect
-from tasks.history_stats import AGE_COLUMNS, INTERVAL_COLUMNS
+from tasks.store.catalog import CatalogStore
+from tasks.store.durable import durable_write
+from tasks.store.history import HistoryStore, connect
+from tasks.store.stats import AGE_COLUMNS, INTERVAL_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -26,7 +31,7 @@ class EstimationInputs:
 
     ``moments`` are what the planner estimates from: "changed since the last visit", plus
     the Last-Modified ages of the pages whose host dates its changes honestly
-    (``models.rate_data.moments_with_last_modified``, the backtest planner's step too).
+    (``models.estimation.rate_data.moments_with_last_modified``, the backtest planner's step too).
     """
 
     moments: PageMoments
@@ -51,9 +56,9 @@ def load_rate_estimates(
     sitemap ``changefreq`` a page has (group ``"<group> changefreq=daily"``), so a new page
     gets the prior learned from the pages its site declares alike; otherwise pages are
     grouped by host. ``prior`` is the planner's mixture prior by default
-    (``models/mixture_prior.py``); ``"empirical"`` is one Gamma prior per group.
+    (``models/estimation/mixture_prior.py``); ``"empirical"`` is one Gamma prior per group.
 
-    Where the prior cannot be fitted a weaker one is used (``models.change_rate.
+    Where the prior cannot be fitted a weaker one is used (``models.estimation.change_rate.
     FALLBACKS``); ``frame.attrs`` says which: ``prior`` (asked for), ``prior_used``,
     ``prior_fallback`` (why, "" if none) and ``prior_description`` (one line for reports).
     """
@@ -76,7 +81,7 @@ _AGE_COLUMNS = tuple(c for c in AGE_COLUMNS if c != "age_terms" and not c.starts
 assert len(LM_EVIDENCE_COLUMNS) == LM_CODES
 
 # The statistics file has a row for every page with an interval or a judged Last-Modified
-# (``tasks.history_stats``); the pages estimated are the catalog's and those with an
+# (``tasks.store.stats``); the pages estimated are the catalog's and those with an
 # interval (a page seen once that the catalog lacks is not estimated, but its host's
 # evidence counts). Every catalog page, with the sums of those observed (zeros for the
 # others), and the observed pages the catalog lacks; the group comes from the catalog,
@@ -214,7 +219,7 @@ def write_rate_estimates(
     """Estimate and write ``<root>/estimates/latest.parquet``; return its path, row count
     and the line naming the prior used (``frame.attrs["prior_description"]``).
 
-    The file is written durably (``tasks.durable``), so readers see the old or the new
+    The file is written durably (``tasks.store.durable``), so readers see the old or the new
     estimates, never a partial file.
     """
     frame = load_rate_estimates(root, prior=prior)

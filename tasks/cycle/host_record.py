@@ -6,8 +6,8 @@ cycle's batches, such hosts make every batch wait for its slowest host; packed t
 after the healthy hosts, they keep to a few batches at the end of the cycle (BENCHMARKS.md,
 "Load": grouped, the healthy hosts kept their throughput). The record is read from the
 history by DuckDB, one row per host; health is smoothed as the cost model's
-(``models.cost.health_multiplier``), so one bad answer does not make a host "troubled".
-Hosts without a record (new ones) count as healthy; ``tasks.batch_slots`` covers them
+(``models.planning.cost.health_multiplier``), so one bad answer does not make a host "troubled".
+Hosts without a record (new ones) count as healthy; ``tasks.fetch.batch_slots`` covers them
 within the cycle.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from models.cost import UNHEALTHY_OUTCOMES, health_multiplier
+from models.planning.cost import UNHEALTHY_OUTCOMES, health_multiplier
 
 #: Cycles of history that make a host's record (the latest ones before this cycle).
 RECORD_CYCLES = 3

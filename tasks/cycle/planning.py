@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.allocation import allocate
-from models.change_rate import PriorChoice
-from models.cost import (
+from models.allocation.allocate import allocate
+from models.discovery.admission import NEAR_DUPLICATE_VALUE
+from models.estimation.change_rate import PriorChoice
+from models.planning.cost import (
     BILLED_OUTCOMES,
     COST_MODELS,
     UNHEALTHY_OUTCOMES,
@@ -20,13 +21,12 @@ from models.cost import (
     PageHistory,
     health_multiplier,
 )
-from models.discovery import NEAR_DUPLICATE_VALUE
-from models.planning import REASONS, Candidates, PlanningInputError, Slices, select_batch
+from models.planning.select import REASONS, Candidates, PlanningInputError, Slices, select_batch
 from models.schemas import NOT_SENT_OUTCOMES, OBSERVATION_OUTCOMES
-from tasks.catalog import CatalogStore
-from tasks.durable import durable_write
-from tasks.estimation import load_rate_estimates
-from tasks.history import HistoryStore, connect
+from tasks.cycle.estimation import load_rate_estimates
+from tasks.store.catalog import CatalogStore
+from tasks.store.durable import durable_write
+from tasks.store.history import HistoryStore, connect
 
 _NEWEST = "SELECT max(fetched_at) FROM history"
 # One pass over the history per page: its last observation, and what its recent attempts
@@ -129,7 +129,7 @@ def plan_cycle(
     cycle. The allocation spends what is left after the reserved slices, at most one visit
     per page per cycle; ``now`` defaults to the newest attempt in the history.
 
-    A visit's cost comes from ``cost_model`` (``models.cost``: "credits", "bandwidth" or
+    A visit's cost comes from ``cost_model`` (``models.planning.cost``: "credits", "bandwidth" or
     "catalog") applied to the page's attempts of the last ``cost_window_days`` (else its
     host's, else the catalog's hint), times its host's health multiplier over the last
     ``health_window_days``: a host that throttles or fails costs more.
@@ -138,7 +138,7 @@ def plan_cycle(
     ``canonical`` names another page is left out (the other page is planned), and a known
     near-duplicate (``near_duplicate_of``) counts ``near_duplicate_value`` times its value.
 
-    Rates come from ``tasks.estimation.load_rate_estimates(root, prior=prior)`` (a weaker
+    Rates come from ``tasks.cycle.estimation.load_rate_estimates(root, prior=prior)`` (a weaker
     prior where ``prior`` cannot be fitted; ``PlanResult.prior`` names the one used).
     """
     slices = slices or Slices()

@@ -20,13 +20,13 @@ Raw exchanges (on by default, ``run_host_batch(warc=...)``) go to WARC files und
 written: a part (hence the committed history) only ever names complete, published WARC
 files. Each request carries its page's previous capture (the history's last
 ``warc_file``/``warc_offset`` from an earlier cycle), so an unchanged payload is stored as a
-``revisit`` record referring to it (``tasks.warc_read.PreviousCaptures``). The part records
+``revisit`` record referring to it (``tasks.archive.read.PreviousCaptures``). The part records
 the files its run published (Parquet key-value metadata, written with the rows in one
 rename); at commit every other batch WARC file of the cycle (a crashed or failed run's) is
 deleted, so no file outlives the cycle unnamed, and the history never names a deleted one.
 
 Each answered page is also read for its links and ``rel="canonical"`` (``links=True``,
-``tasks.cycle_content``): the batch writes them under ``content/``, and
+``tasks.cycle.content``): the batch writes them under ``content/``, and
 ``apply_cycle_content`` turns them into catalog candidates and canonical URLs after the
 commit, together with the near-duplicate report.
 
@@ -59,29 +59,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from models.cost import COST_MODELS, CostModel
-from models.extract import DEFAULT_RULES, extract
-from models.extract_rules import ExtractionRules
+from models.content.extract import DEFAULT_RULES, extract
+from models.content.extract_rules import ExtractionRules
+from models.discovery.urls import InvalidURLError, normalize, url_id
+from models.planning.cost import COST_MODELS, CostModel
 from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
-from models.urls import InvalidURLError, normalize, url_id
-from tasks.batch_slots import ActiveBatches, process_batches
-from tasks.catalog import CatalogStore
-from tasks.cycle_archive import CycleArchive, previous_captures, with_archived_files
-from tasks.cycle_content import PageCollector, write_batch_content
-from tasks.durable import durable_write_parquet, durable_write_text
-from tasks.fetch import EngineState, FetchRequest, fetch_batch
-from tasks.fetch_metrics import BatchMetrics
-from tasks.fetch_rows import AttemptCost, CostHook, RecordDigest, RecordHasher
-from tasks.fetch_settings import FetchSettings
-from tasks.history import (
+from tasks.archive.cycle import CycleArchive, previous_captures, with_archived_files
+from tasks.archive.warc import WarcSettings, WarcWriter
+from tasks.cycle.content import PageCollector, write_batch_content
+from tasks.cycle.host_record import troubled_hosts
+from tasks.fetch.batch_slots import ActiveBatches, process_batches
+from tasks.fetch.engine import EngineState, FetchRequest, fetch_batch
+from tasks.fetch.metrics import BatchMetrics
+from tasks.fetch.rows import AttemptCost, CostHook, RecordDigest, RecordHasher
+from tasks.fetch.settings import FetchSettings
+from tasks.store.catalog import CatalogStore
+from tasks.store.durable import durable_write_parquet, durable_write_text
+from tasks.store.history import (
     CommitResult,
     HistoryCorruptError,
     HistoryStore,
     connect,
     write_error,
 )
-from tasks.host_record import troubled_hosts
-from tasks.warc import WarcSettings, WarcWriter
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ def split_plan(
     page's last capture, so an unchanged payload becomes a revisit record. Any earlier split
     of the cycle is replaced.
 
-    ``pack_troubled``: hosts with a poor record in recent cycles (``tasks.host_record``:
+    ``pack_troubled``: hosts with a poor record in recent cycles (``tasks.cycle.host_record``:
     throttled, timed out, failed, retried or shed) are packed into batches of their own,
     after every other batch, so they do not hold up the healthy hosts' batches.
 
@@ -431,7 +431,7 @@ def cost_hook_for(model: CostModel | str) -> CostHook:
 
 
 def default_record_hasher(rules: ExtractionRules = DEFAULT_RULES) -> RecordHasher:
-    """The extracted record's hash and simhash (``models.extract``): noise is not a change.
+    """The extracted record's hash and simhash (``models.content.extract``): noise is not a change.
 
     ``rules`` choose the fields per URL (the page's final URL, as the engine passes it).
     """
@@ -470,10 +470,10 @@ def run_host_batch(
     published are named by no part and deleted at commit.
 
     ``links`` reads every answered page for its links and canonical link too and writes them
-    under the cycle's ``content/`` (``tasks.cycle_content``) before the part.
+    under the cycle's ``content/`` (``tasks.cycle.content``) before the part.
 
     Fetching waits for an active place (``places``, default the process's
-    ``tasks.batch_slots.process_batches()``) and gives it back when the batch reaches its
+    ``tasks.fetch.batch_slots.process_batches()``) and gives it back when the batch reaches its
     tail, so a few throttled or failing hosts do not hold up the batches behind it.
     """
     wall_start = time.time()
@@ -733,7 +733,7 @@ def read_part(path: str | Path) -> pa.Table:
 
 
 def _write_part(table: pa.Table, path: Path) -> None:
-    """Write a part durably and atomically (``tasks.durable``).
+    """Write a part durably and atomically (``tasks.store.durable``).
 
     A failed write (a full disk) leaves no temporary file and raises HistoryWriteError
     naming the part and the cause.

@@ -1,7 +1,8 @@
 """Discovery: new URLs from seeds, sitemaps and fetched pages into the page catalog.
 
 One run gathers candidates (seeds; the sitemaps named by the seeds' robots.txt and any given
-explicitly; the links of the seed pages), screens them with ``models.discovery`` (normalized,
+explicitly; the links of the seed pages), screens them with ``models.discovery.admission``
+(normalized,
 trap defenses, exact de-duplication against the catalog, the Bloom filter of links seen
 before, robots.txt, per-host caps by importance) and lands the new ones in the catalog with
 their source, discovery time and the sitemap's ``lastmod``/``changefreq``. Pages already in
@@ -10,10 +11,10 @@ signal for the planner). The planner's discovery slice picks the new pages up.
 
 ``add_links`` is the same landing for links of pages already fetched (no network); the
 recrawl cycle reads its pages' links in each host batch and lands them with ``land`` after
-the commit (``tasks.cycle_content``). New links of a URL shape whose fetched pages keep
+the commit (``tasks.cycle.content``). New links of a URL shape whose fetched pages keep
 being near-duplicates of pages already held get a lower catalog value
-(``models.discovery.pattern_multipliers`` over the history's simhashes,
-``models.simhash.SimhashIndex``), so the planner visits them later.
+(``models.discovery.admission.pattern_multipliers`` over the history's simhashes,
+``models.content.simhash.SimhashIndex``), so the planner visits them later.
 
 State: ``<root>/pages/catalog.parquet`` and ``<root>/pages/seen_links.bloom`` (the Bloom
 filter, replaced atomically after each run).
@@ -33,7 +34,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from models.discovery import (
+from models.content.simhash import SimhashIndex
+from models.discovery.admission import (
     Candidate,
     HostCaps,
     NewPage,
@@ -44,16 +46,11 @@ from models.discovery import (
     screen_candidates,
     url_pattern,
 )
-from models.links import links_from_html
-from models.robots_policy import RobotsVerdict
-from models.seen import BloomFilter, ExactSeenSet
-from models.simhash import SimhashIndex
-from models.urls import InvalidURLError, normalize
-from tasks.catalog import CatalogStore
-from tasks.durable import durable_write_bytes
-from tasks.history import HistoryStore, connect
-from tasks.robots import RobotsRules
-from tasks.sitemaps import (
+from models.discovery.links import links_from_html
+from models.discovery.seen import BloomFilter, ExactSeenSet
+from models.discovery.urls import InvalidURLError, normalize
+from models.fetching.robots_policy import RobotsVerdict
+from tasks.discovery.sitemaps import (
     DEADLINE_REASONS,
     SitemapReader,
     SitemapSettings,
@@ -61,6 +58,10 @@ from tasks.sitemaps import (
     make_sitemap_client,
     origin_of,
 )
+from tasks.fetch.robots import RobotsRules
+from tasks.store.catalog import CatalogStore
+from tasks.store.durable import durable_write_bytes
+from tasks.store.history import HistoryStore, connect
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """Reading sitemaps over HTTP: robots.txt ``Sitemap:`` lines, indexes, gzip, all bounded.
 
-The parsing and the limits are ``models.sitemap`` (pure); this module fetches. One
+The parsing and the limits are ``models.discovery.sitemap`` (pure); this module fetches. One
 ``httpx.AsyncClient`` with a descriptive User-Agent; hosts are read concurrently, one request
 at a time per host with a pause between requests (at least the host's ``Crawl-delay``).
-robots.txt is fetched and interpreted by ``tasks.robots`` (RFC 9309), its ``Sitemap:``
+robots.txt is fetched and interpreted by ``tasks.fetch.robots`` (RFC 9309), its ``Sitemap:``
 lines come from protego, and a sitemap the rules disallow is not fetched.
 
 Bodies are streamed: never more than 50 MB are read off the wire, and gzip (a ``.xml.gz``
@@ -12,7 +12,7 @@ file, or ``Content-Encoding: gzip``) is inflated chunk by chunk into the parser,
 ``robots_denied``, ``too_deep``, ``cross_host_sitemap``, ``too_many_sitemaps``,
 ``refused_address``, or one of the parser's) and the others are read as usual; entries
 outside a sitemap's scope are dropped one by one (``cross_host``, ``outside_path``,
-``bad_url``). Every request passes the address policy (``tasks.net_guard``; loopback and
+``bad_url``). Every request passes the address policy (``tasks.fetch.net_guard``; loopback and
 private networks only if ``allowed_networks`` lists them).
 
 The run is bounded in total, not only per file: each host's reading (its robots.txt, its
@@ -37,10 +37,8 @@ from datetime import UTC, datetime
 
 import httpx
 
-from models.discovery import Candidate, Tally
-from models.net_policy import AddressPolicy, parse_networks
-from models.robots_policy import RobotsCachePolicy, RobotsVerdict
-from models.sitemap import (
+from models.discovery.admission import Candidate, Tally
+from models.discovery.sitemap import (
     GZIP_MAGIC,
     MAX_BYTES,
     MAX_URLS,
@@ -50,17 +48,19 @@ from models.sitemap import (
     SitemapRejectedError,
     SitemapScope,
 )
-from models.urls import InvalidURLError, normalize, resolve
-from tasks.fetch_settings import DEFAULT_USER_AGENT
-from tasks.http_attempt import Route
-from tasks.net_guard import (
+from models.discovery.urls import InvalidURLError, normalize, resolve
+from models.fetching.net_policy import AddressPolicy, parse_networks
+from models.fetching.robots_policy import RobotsCachePolicy, RobotsVerdict
+from tasks.fetch.attempt import Route
+from tasks.fetch.net_guard import (
     AddressGuard,
     GuardedTransport,
     guarded_httpx_transport,
     networks_from_env,
     refusal_in,
 )
-from tasks.robots import RobotsRules, fetch_robots, interpret_robots
+from tasks.fetch.robots import RobotsRules, fetch_robots, interpret_robots
+from tasks.fetch.settings import DEFAULT_USER_AGENT
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,8 @@ class SitemapSettings:
     host_connections: int = 4  # requests in flight to one host at once (starts still paced)
     host_deadline_s: float = 120.0  # one host's robots.txt and sitemaps, from its first request
     run_deadline_s: float = 600.0  # the whole reading, from the reader's creation
-    # Address policy (models.net_policy): CIDR networks reachable although loopback, private
+    # Address policy (models.fetching.net_policy): CIDR networks reachable although loopback,
+    # private
     # or reserved; default: RECRAWL_ALLOWED_NETWORKS, else none (the sandbox passes its own).
     allowed_networks: tuple[str, ...] = field(default_factory=networks_from_env)
 

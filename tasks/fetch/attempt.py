@@ -2,10 +2,10 @@
 
 ``fetch_page`` sends one GET (directly, through a forward proxy, or through a scraping API,
 see ``Route``), follows same-host redirects itself, reads the body through the guard rails of
-``tasks.response_guard`` within one total timeout, and returns an ``Attempt``: the outcome
+``tasks.fetch.response_guard`` within one total timeout, and returns an ``Attempt``: the outcome
 for the history row, the reason, and the signals the scheduler routes (a host's throttle or a
 plan limit of the API). It never raises for anything the network, the server or the client
-library does: a failed exchange, whatever it raised, is named by ``tasks.transport_errors``
+library does: a failed exchange, whatever it raised, is named by ``tasks.fetch.transport_errors``
 (``tls_error``, ``bad_response``, ``truncated``, ``refused_address``, ``timeout``,
 ``error``; an exception no network library should raise is an ``unexpected`` error, not
 retried).
@@ -27,11 +27,11 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from models.net_policy import ALLOWED_SCHEMES
-from models.politeness import RETRYABLE_STATUS, is_retryable, parse_retry_after
-from models.urls import InvalidURLError, normalize, resolve, shown_url
-from tasks.http_client import TRANSPORT_ERRORS
-from tasks.response_guard import (
+from models.discovery.urls import InvalidURLError, normalize, resolve, shown_url
+from models.fetching.net_policy import ALLOWED_SCHEMES
+from models.fetching.politeness import RETRYABLE_STATUS, is_retryable, parse_retry_after
+from tasks.fetch.client import TRANSPORT_ERRORS
+from tasks.fetch.response_guard import (
     BodyLimitError,
     BoundedDecoder,
     check_content_type,
@@ -39,10 +39,10 @@ from tasks.response_guard import (
     head_size,
     looks_like_challenge,
 )
-from tasks.transport_errors import BodyInterruptedError, classify_failure, stray_cancellation
+from tasks.fetch.transport_errors import BodyInterruptedError, classify_failure, stray_cancellation
 
 if TYPE_CHECKING:
-    from tasks.warc import WarcLocation
+    from tasks.archive.warc import WarcLocation
 
 log = logging.getLogger(__name__)
 

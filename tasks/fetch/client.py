@@ -9,7 +9,7 @@ transport stays available (``http_transport="httpx"``).
 
 No cookies are kept (a crawler must not carry one page's session into the next request), no
 environment proxies are read, redirects and Content-Encoding are handled by the engine itself.
-Every request passes the address policy (``tasks.net_guard``): each is judged before it is
+Every request passes the address policy (``tasks.fetch.net_guard``): each is judged before it is
 sent, and every host name is resolved once, judged, and connected to at the judged address.
 """
 
@@ -22,9 +22,14 @@ import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from tasks.fetch_settings import FetchSettings
-from tasks.net_guard import AddressGuard, GuardedTransport, PolicyResolver, guarded_httpx_transport
-from tasks.response_guard import ACCEPT_ENCODING
+from tasks.fetch.net_guard import (
+    AddressGuard,
+    GuardedTransport,
+    PolicyResolver,
+    guarded_httpx_transport,
+)
+from tasks.fetch.response_guard import ACCEPT_ENCODING
+from tasks.fetch.settings import FetchSettings
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 

@@ -1,11 +1,11 @@
 """The fetch engine: one call fetches a batch of URLs politely and returns one row per URL.
 
 ``fetch_batch`` opens one ``httpx.AsyncClient``, puts the URLs into per-host lanes of a
-``models.batch_frontier.BatchFrontier`` (bounded: admission control, pacing, adaptive
+``models.fetching.frontier.BatchFrontier`` (bounded: admission control, pacing, adaptive
 limits, shedding), and runs ``concurrency`` workers that pull the next ready item straight
 from it (no hand-off queue: a worker that is free takes work at once, and an idle one parks
-in ``tasks.idle_workers``). Each worker fetches robots.txt or a page (``tasks.robots``,
-``tasks.http_attempt``) and reports back; the frontier routes
+in ``tasks.fetch.idle_workers``). Each worker fetches robots.txt or a page (``tasks.fetch.robots``,
+``tasks.fetch.attempt``) and reports back; the frontier routes
 the signal to the host that sent it (429, challenge, timeout, latency) or to the plan gate
 (a scraping API's own 429), retries go back through admission with backoff and a per-batch
 budget, and a 509 from the API stops the batch with every unsent URL recorded.
@@ -13,7 +13,8 @@ budget, and a 509 from the API stops the batch with every unsent URL recorded.
 What lives across batches (per-host pacing and limits, validator trust, robots.txt cache,
 the API's learned limit) is in ``EngineState``: pass the same one to consecutive batches.
 
-With a ``tasks.warc.WarcWriter`` every answered page exchange (redirect hops and retries too;
+With a ``tasks.archive.warc.WarcWriter`` every answered page exchange (redirect hops and retries
+too;
 not robots.txt, not a scraping API's own refusals) is archived as it completes, and each row
 names its final exchange's record in ``warc_file``/``warc_offset``.
 """
@@ -32,13 +33,17 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from models.batch_frontier import BatchFrontier, Shed, WorkItem
-from models.host_state import HostState, Signal
-from models.robots_policy import RobotsVerdict
-from models.urls import InvalidURLError, normalize, shown_url, url_id
-from models.validators import conditional_headers, judge_validators
-from tasks.fetch_metrics import BatchMetrics, HostPressure
-from tasks.fetch_rows import (
+from models.discovery.urls import InvalidURLError, normalize, shown_url, url_id
+from models.fetching.frontier import BatchFrontier, Shed, WorkItem
+from models.fetching.host_state import HostState, Signal
+from models.fetching.robots_policy import RobotsVerdict
+from models.fetching.validators import conditional_headers, judge_validators
+from tasks.fetch.attempt import Attempt, BodyLimits, PageLimits, Route, fetch_page
+from tasks.fetch.client import make_client
+from tasks.fetch.idle_workers import IdleWorkers
+from tasks.fetch.metrics import BatchMetrics, HostPressure
+from tasks.fetch.robots import HOST_FAILURES, fetch_robots, interpret_robots
+from tasks.fetch.rows import (
     AttemptCost,
     CostHook,
     RecordDigest,
@@ -48,15 +53,11 @@ from tasks.fetch_rows import (
     record_hash,
     rows_table,
 )
-from tasks.fetch_settings import FetchSettings
-from tasks.fetch_types import BatchResult, EngineState, FetchRequest
-from tasks.http_attempt import Attempt, BodyLimits, PageLimits, Route, fetch_page
-from tasks.http_client import make_client
-from tasks.idle_workers import IdleWorkers
-from tasks.robots import HOST_FAILURES, fetch_robots, interpret_robots
+from tasks.fetch.settings import FetchSettings
+from tasks.fetch.types import BatchResult, EngineState, FetchRequest
 
 if TYPE_CHECKING:
-    from tasks.warc import WarcLocation, WarcWriter
+    from tasks.archive.warc import WarcLocation, WarcWriter
 
 log = logging.getLogger(__name__)
 
@@ -519,7 +520,7 @@ class _Batch:
         A failing archive (disk full) must not lose the observation: the row then names no
         record, and the first failure is logged.
         """
-        from tasks.warc import WarcError, write_httpx_exchange
+        from tasks.archive.warc import WarcError, write_httpx_exchange
 
         assert self.warc is not None
         try:

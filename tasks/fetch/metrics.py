@@ -45,7 +45,9 @@ class BatchMetrics:
     plan_limit: float | None  # API concurrency limit at the end (None: not through an API)
     plan_stopped: bool  # 509: credits exhausted, the batch stopped
     hosts: dict[str, HostPressure] = field(default_factory=dict)
-    refused: int = 0  # URLs the address policy refused (models.net_policy): never requested
+    refused: int = (
+        0  # URLs the address policy refused (models.fetching.net_policy): never requested
+    )
     tail_at_s: float | None = None  # when few hosts were left (``FetchSettings.tail_host_share``)
 
     @property

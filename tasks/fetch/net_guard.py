@@ -1,4 +1,4 @@
-"""The address policy (``models.net_policy``) applied where connections are made.
+"""The address policy (``models.fetching.net_policy``) applied where connections are made.
 
 Three layers, so that no request escapes it and no answer from DNS is used unchecked:
 
@@ -32,7 +32,7 @@ import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
 
-from models.net_policy import AddressPolicy, parse_address, parse_networks
+from models.fetching.net_policy import AddressPolicy, parse_address, parse_networks
 
 #: Environment variable of the allow-list for clients built outside ``FetchSettings``
 #: (sitemaps, discovery): comma-separated CIDR networks.

@@ -2,7 +2,7 @@
 
 The fetch is ordinary I/O through the same client and route as pages (so it is paced like
 any other request to the host); what a status means and for how long to believe it is the
-pure policy of ``models.robots_policy``; matching is protego's, against the bare product
+pure policy of ``models.fetching.robots_policy``; matching is protego's, against the bare product
 token (``recrawler``), never the full User-Agent header.
 """
 
@@ -18,16 +18,16 @@ from urllib.parse import urlsplit
 import httpx
 from protego import Protego
 
-from models.robots_policy import (
+from models.discovery.urls import InvalidURLError, normalize, resolve, shown_url
+from models.fetching.robots_policy import (
     RobotsCachePolicy,
     RobotsVerdict,
     capped_crawl_delay,
     robots_text,
     verdict_for_status,
 )
-from models.urls import InvalidURLError, normalize, resolve, shown_url
-from tasks.http_attempt import REDIRECT_STATUS, BodyLimits, Route, exchange
-from tasks.transport_errors import classify_failure, stray_cancellation
+from tasks.fetch.attempt import REDIRECT_STATUS, BodyLimits, Route, exchange
+from tasks.fetch.transport_errors import classify_failure, stray_cancellation
 
 log = logging.getLogger(__name__)
 #: Failures of a host's own robots.txt request that doom every page of it: the pages are
@@ -70,7 +70,7 @@ class RobotsFetch:
     duration_s: float
     too_many_redirects: bool = False
     plan_limit: str | None = None  # the scraping API refused it (not the host's answer)
-    failure: str | None = None  # outcome of a failed exchange (tasks.transport_errors)
+    failure: str | None = None  # outcome of a failed exchange (tasks.fetch.transport_errors)
 
 
 def robots_url(page_url: str) -> str:
@@ -90,7 +90,7 @@ async def fetch_robots(
     """GET /robots.txt of the page's host, following up to ``max_redirects`` redirects.
 
     Never raises for what the request meets: any exception of the transport (a client
-    library's ``ValueError`` included) is a failed fetch (``tasks.transport_errors``), which
+    library's ``ValueError`` included) is a failed fetch (``tasks.fetch.transport_errors``), which
     makes robots.txt unreachable for the cache's error TTL; so a page is never left asking
     for robots.txt again and again.
     """

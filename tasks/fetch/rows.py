@@ -1,7 +1,7 @@
 """History rows of a fetch batch: one per URL, in ``models.schemas.HISTORY_SCHEMA``.
 
 Also the engine's two hooks: a ``RecordHasher`` (``record_hash`` here hashes the raw body;
-the recrawl cycle passes the extracted record's hash, ``tasks.cycle.default_record_hasher``,
+the recrawl cycle passes the extracted record's hash, ``tasks.cycle.work.default_record_hasher``,
 so noise such as a served-at timestamp stops looking like a change) and ``default_cost``
 (bandwidth or API credits).
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from models.redaction import redact_url
+from models.discovery.urls import InvalidURLError, normalize, url_id
+from models.fetching.redaction import redact_url
 from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
-from models.urls import InvalidURLError, normalize, url_id
-from tasks.durable import durable_write_parquet
+from tasks.store.durable import durable_write_parquet
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +119,7 @@ def rows_table(rows: list[Row], cycle_id: int) -> pa.Table:
 
 def with_urls(rows: pa.Table, urls: list[str]) -> pa.Table:
     """``rows`` with a ``url`` column first: each row's URL as the caller asked for it,
-    normalized where it normalizes, secrets redacted (``models.redaction.redact_url``).
+    normalized where it normalizes, secrets redacted (``models.fetching.redaction.redact_url``).
 
     The engine's rows name pages by ``url_id`` (of the normalized URL, else of the URL as
     given), as the history does; a person reading a fetch's output wants the URL.
@@ -141,7 +141,7 @@ def with_urls(rows: pa.Table, urls: list[str]) -> pa.Table:
 
 
 def write_rows_file(rows: pa.Table, path: Path) -> None:
-    """Write a fetch's rows to ``path`` durably (``tasks.durable``: a failed write leaves no
+    """Write a fetch's rows to ``path`` durably (``tasks.store.durable``: a failed write leaves no
     half file); ``OSError`` becomes a one-line ``ValueError`` naming the file."""
     try:
         durable_write_parquet(rows, path)

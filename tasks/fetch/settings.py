@@ -13,10 +13,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from models.net_policy import AddressPolicy, parse_networks
-from models.politeness import AimdLimit, PacingPolicy, RetryPolicy, ThrottleBackoff
-from models.robots_policy import ROBOTS_MAX_BYTES, RobotsCachePolicy
-from models.validators import ValidatorPolicy
+from models.fetching.net_policy import AddressPolicy, parse_networks
+from models.fetching.politeness import AimdLimit, PacingPolicy, RetryPolicy, ThrottleBackoff
+from models.fetching.robots_policy import ROBOTS_MAX_BYTES, RobotsCachePolicy
+from models.fetching.validators import ValidatorPolicy
 
 DEFAULT_USER_AGENT = "recrawler/0.1 (+https://example.invalid/recrawler; ops@example.invalid)"
 DEFAULT_CONTENT_TYPES = (
@@ -56,9 +56,9 @@ class FetchSettings(BaseSettings):
     proxy_url: SecretStr | None = None
     api_concurrency: Annotated[int, Field(ge=1)] = 8
     api_plan_backoff_s: Annotated[float, Field(ge=0)] = 1.0  # API pause after a plan 429
-    # The transport under the httpx client (see tasks.http_client): aiohttp's pool, or httpx's.
+    # The transport under the httpx client (see tasks.fetch.client): aiohttp's pool, or httpx's.
     http_transport: Literal["aiohttp", "httpx"] = "aiohttp"
-    # Address policy (models.net_policy): loopback, private, link-local (cloud metadata),
+    # Address policy (models.fetching.net_policy): loopback, private, link-local (cloud metadata),
     # multicast and reserved addresses are refused, after DNS resolution and on every
     # redirect hop, unless in one of these CIDR networks (env: comma-separated). The sandbox
     # and loopback tests pass sandbox.SANDBOX_NETWORKS ("127.0.0.0/8", "::1/128").
@@ -115,7 +115,7 @@ class FetchSettings(BaseSettings):
     robots_ttl_s: Annotated[float, Field(ge=0)] = 24 * 3600.0
     robots_error_ttl_s: Annotated[float, Field(ge=0)] = 3600.0
 
-    # Conditional requests and the checks of a host's validators (models.validators).
+    # Conditional requests and the checks of a host's validators (models.fetching.validators).
     conditional_requests: bool = True
     validator_min_probes: Annotated[int, Field(ge=0)] = 2
     validator_probe_rate: Annotated[float, Field(ge=0, le=1)] = 0.05
@@ -126,7 +126,7 @@ class FetchSettings(BaseSettings):
     max_batch_urls: Annotated[int, Field(ge=1)] = 1_000_000
     # Tail: once at most this share of a batch's hosts (at least one; batches of two hosts
     # or more) still has work, the batch is in its tail (throttled, failing or slow hosts
-    # it waits on) and gives its active place back (``tasks.cycle.ActiveBatches``), so
+    # it waits on) and gives its active place back (``tasks.cycle.work.ActiveBatches``), so
     # another batch starts fetching from healthy hosts. 0 turns it off.
     tail_host_share: Annotated[float, Field(ge=0, lt=1)] = 0.25
     seed: int | None = None  # jitter and probe sampling; None = fresh randomness

@@ -36,7 +36,7 @@ import httpcore
 import httpx
 from aiohttp.http_exceptions import HttpProcessingError
 
-from tasks.net_guard import AddressRefusedError
+from tasks.fetch.net_guard import AddressRefusedError
 
 #: Characters of an exception message kept in a history row's reason.
 _REASON_CHARS = 240

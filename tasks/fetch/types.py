@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from models.batch_frontier import PlanGate
-from models.host_state import HostState
-from tasks.fetch_metrics import BatchMetrics
-from tasks.fetch_settings import FetchSettings
-from tasks.robots import RobotsCache
+from models.fetching.frontier import PlanGate
+from models.fetching.host_state import HostState
+from tasks.fetch.metrics import BatchMetrics
+from tasks.fetch.robots import RobotsCache
+from tasks.fetch.settings import FetchSettings
 
 
 @dataclass(frozen=True, slots=True)

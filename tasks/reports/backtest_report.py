@@ -1,6 +1,6 @@
 """Write a backtest's report folder: plots (PNG), a markdown report, the daily metrics (CSV).
 
-The figures come from ``models.backtest``; this module only renders them. Plots use
+The figures come from ``models.backtest.runner``; this module only renders them. Plots use
 matplotlib's Agg backend (no display needed).
 """
 
@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from models.backtest import (
+from models.backtest.hosts import format_host_slices
+from models.backtest.runner import (
     BAND_LABELS,
     BacktestResult,
     format_bands,
     format_table,
     recovery,
 )
-from models.backtest_hosts import format_host_slices
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ import pyarrow as pa
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from models.planning import REASONS
+from models.planning.select import REASONS
 from models.schemas import NOT_SENT_OUTCOMES, OBSERVATION_OUTCOMES
-from tasks.durable import durable_write_bytes
-from tasks.history import HistoryStore, connect, verify_sidecar, write_checked_parquet
+from tasks.store.durable import durable_write_bytes
+from tasks.store.history import HistoryStore, connect, verify_sidecar, write_checked_parquet
 
 REPORTS = "reports"
 #: At most this many base64 bytes of plots go into the summary artifact. Prefect 3's server
@@ -194,7 +194,7 @@ def record_cycle(root: str | Path, numbers: CycleNumbers) -> pd.DataFrame:
         row[f"spent_{name}"] = value
     new = pd.DataFrame([row])
     if path.exists():
-        # checked against the digest kept beside it (tasks.history.verify_sidecar)
+        # checked against the digest kept beside it (tasks.store.history.verify_sidecar)
         verify_sidecar(path, "cycle report", "restore it from a backup, or remove it to start anew")
         old = pd.read_parquet(path)
         new = pd.concat([old[old["cycle_id"] != numbers.cycle_id], new], ignore_index=True)
@@ -284,7 +284,7 @@ def summary_markdown(
     (``embed_plots``).
 
     ``near_duplicates`` is the cycle's near-duplicate report
-    (``tasks.cycle_content.read_near_duplicate_report``), if there is one. ``prior`` is
+    (``tasks.cycle.content.read_near_duplicate_report``), if there is one. ``prior`` is
     the estimator's line (``RateEstimates.prior_description``): the prior the rates came
     from, and why if a weaker one stood in.
     """

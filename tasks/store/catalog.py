@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from models.discovery.urls import InvalidURLError, normalize, url_host, url_id, url_length_problem
 from models.schemas import CATALOG_REQUIRED, CATALOG_SCHEMA
-from models.urls import InvalidURLError, normalize, url_host, url_id, url_length_problem
-from tasks.history import HistoryCorruptError, connect, verify_sidecar, write_checked_parquet
+from tasks.store.history import HistoryCorruptError, connect, verify_sidecar, write_checked_parquet
 
 DEFAULTS = {"value": 1.0, "cost": 1.0, "source": "seed"}
 #: Nullable columns a caller may leave out (sitemap signals of discovered pages; what the
@@ -86,7 +86,7 @@ class CatalogStore:
 
     def verify(self) -> None:
         """Raise HistoryCorruptError naming the catalog if it differs from the digest kept
-        beside it when it was written (``tasks.history.verify_sidecar``; a catalog written
+        beside it when it was written (``tasks.store.history.verify_sidecar``; a catalog written
         before digests is not checked, and gets one at its next write)."""
         remedy = (
             "restore it (and its digest file) from a backup, or remove both and import the "
@@ -226,14 +226,17 @@ def prepare_catalog_rows(rows: pa.Table | pd.DataFrame) -> pa.Table:
             url = normalize(str(raw))
         except InvalidURLError as exc:
             raise CatalogInputError(f"row {i}: {exc}") from None
-        too_long = url_length_problem(url)  # discovery's limit (models.urls.MAX_URL_LENGTH)
+        too_long = url_length_problem(
+            url
+        )  # discovery's limit (models.discovery.urls.MAX_URL_LENGTH)
         if too_long is not None:
             raise CatalogInputError(f"row {i}: {too_long}: {url[:80]}...")
         urls.append(url)
     frame["url"] = urls
     frame["url_id"] = [url_id(u) for u in urls]
     # One host key per server, as discovery and the fetch engine name it: the normalized
-    # authority with a non-default port (``models.urls.url_host``); a catalog's own ``host``
+    # authority with a non-default port (``models.discovery.urls.url_host``); a catalog's own
+    # ``host``
     # column must agree with it, or one server would get two tag limits and two groups.
     hosts = [url_host(u) for u in urls]
     if "host" in frame:

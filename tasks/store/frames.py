@@ -2,7 +2,7 @@
 
 For notebooks and ad hoc analysis::
 
-    from tasks import frames
+    from tasks.store import frames
 
     frames.history("data", cycles=[3])   # history rows with their URL (url first)
     frames.catalog("data")               # the page catalog
@@ -28,10 +28,10 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from tasks.catalog import CatalogStore, require_store
-from tasks.estimation import load_rate_estimates
-from tasks.history import HistoryStore, connect
-from tasks.planning import ADHOC_DIR, plan_path
+from tasks.cycle.estimation import load_rate_estimates
+from tasks.cycle.planning import ADHOC_DIR, plan_path
+from tasks.store.catalog import CatalogStore, require_store
+from tasks.store.history import HistoryStore, connect
 
 #: The order rows of the history come in: by cycle, then as they were fetched.
 HISTORY_ORDER = "cycle_id, fetched_at, url_id"
@@ -39,7 +39,7 @@ HISTORY_ORDER = "cycle_id, fetched_at, url_id"
 
 class StoreReadError(ValueError):
     """What was asked of the store is not there (no such cycle or plan); a root without a
-    store raises ``tasks.catalog.StoreMissingError``."""
+    store raises ``tasks.store.catalog.StoreMissingError``."""
 
 
 def open_store(
@@ -106,7 +106,7 @@ def adhoc_plans(root: str | Path) -> list[str]:
 
 def plan(root: str | Path, cycle: int | None = None, *, name: str | None = None) -> pd.DataFrame:
     """A plan with each page's ``url`` first, in the plan's order; the other columns are
-    those ``tasks.planning.plan_cycle`` writes.
+    those ``tasks.cycle.planning.plan_cycle`` writes.
 
     Cycle ``cycle``'s own plan (default: the newest cycle's), or with ``name`` the ad hoc
     plan of that name (``adhoc_plans`` lists them; ``PlanResult.path.stem`` is one).
@@ -140,7 +140,7 @@ def plan(root: str | Path, cycle: int | None = None, *, name: str | None = None)
 
 def estimates(root: str | Path, **options: Any) -> pd.DataFrame:
     """Every page's change-rate estimate computed now from the history (as
-    ``tasks.estimation.load_rate_estimates``, whose keyword ``options`` it takes), with
+    ``tasks.cycle.estimation.load_rate_estimates``, whose keyword ``options`` it takes), with
     the page's ``url`` first, highest rate first."""
     require_store(root)
     frame = load_rate_estimates(root, **options)

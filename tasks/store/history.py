@@ -18,7 +18,7 @@ At commit each observation is linked to the page's previous observation: ``chang
 filled (304 is unchanged; otherwise the fetcher's flag, else record hashes compared) and
 ``interval_days`` is the time since that previous observation; its Last-Modified is judged
 against the previous observation and the page's last earlier Last-Modified. The per-page
-statistics (``tasks.history_stats``: interval sums, Last-Modified age sums and evidence
+statistics (``tasks.store.stats``: interval sums, Last-Modified age sums and evidence
 counts) are then updated by adding the cycle's sums, so estimation reads one row per page
 however long the history grows (``rebuild_stats`` recomputes them from scratch). A
 statistics file written before the age sums existed is recomputed from the history once,
@@ -28,7 +28,7 @@ then differs from the commits'; the fetcher's clock).
 
 A commit's memory does not grow with the cycle (issue 8): the staged parts are read a
 record batch at a time, deduplication and linking run on their keys
-(``tasks.history_link``), the cycle's file is written a row group at a time, and the
+(``tasks.store.link``), the cycle's file is written a row group at a time, and the
 statistics are aggregated from that file, on a DuckDB connection with a memory limit
 (``COMMIT_MEMORY_LIMIT``) that spills into the staging folder.
 
@@ -76,9 +76,9 @@ from models.schemas import (
     PAGE_STATS_FILE_SCHEMA,
     PAGE_STATS_SCHEMA,
 )
-from tasks.durable import durable_rename, durable_write_text, staged
-from tasks.history_link import LinkOutput, link_staged, linked_in_staged_order, merge_rows
-from tasks.history_stats import (
+from tasks.store.durable import durable_rename, durable_write_text, staged
+from tasks.store.link import LinkOutput, link_staged, linked_in_staged_order, merge_rows
+from tasks.store.stats import (
     AGE_COLUMNS,
     kept_stats,
     rows_sums,
@@ -509,7 +509,7 @@ class CycleWriter:
     def commit(self) -> CommitResult:
         """Publish the staged parts as the cycle, reading them in record batches.
 
-        Deduplication and linking run on the staged rows' keys (``tasks.history_link``),
+        Deduplication and linking run on the staged rows' keys (``tasks.store.link``),
         the kept rows stream into the cycle's Parquet file a row group at a time, and the
         statistics are then aggregated from that file, on a DuckDB connection with a memory
         limit that spills under the staging folder. Memory depends on the batch and bucket
@@ -819,7 +819,7 @@ def _link(
     buckets: int,
 ) -> LinkOutput:
     """Deduplicate, and fill ``changed`` and ``interval_days`` against each page's previous
-    observation (``tasks.history_link``): ``work/linked.parquet``, sorted by page.
+    observation (``tasks.store.link``): ``work/linked.parquet``, sorted by page.
 
     Refuses the cycle if an observation whose change is known is not later than the page's
     previous one.
@@ -907,7 +907,7 @@ class TableStream:
 def _write_parquet(
     rows: pa.Table | TableStream, path: Path, *, digest: bool = True, sidecar: bool = False
 ) -> int:
-    """Write a Parquet file durably (``tasks.durable``: no leftover on error); return its
+    """Write a Parquet file durably (``tasks.store.durable``: no leftover on error); return its
     row count.
 
     A table is written at once; a stream a row group of about COMMIT_BATCH_ROWS at a
@@ -934,7 +934,7 @@ def _write_parquet(
 
 def write_checked_parquet(table: pa.Table, path: Path) -> int:
     """Write a Parquet file that no manifest names (the catalog, the cycle reports) durably
-    (``tasks.durable``), its digest kept beside it for ``verify_sidecar``; return its row
+    (``tasks.store.durable``), its digest kept beside it for ``verify_sidecar``; return its row
     count."""
     return _write_parquet(table, path, sidecar=True)
 

@@ -26,11 +26,11 @@ join, aggregate, sort) must all fit the memory limit at once and fail with an
 out-of-memory error where each alone spills. A window per page (the obvious SQL) was
 also several times slower once spilling.
 
-The same walk judges each observation's Last-Modified (``models.validators.
+The same walk judges each observation's Last-Modified (``models.fetching.validators.
 judge_last_modified``) against the page's previous observation and the last Last-Modified
 among its earlier ones (the prior rows carry the history's, step 1), and writes the
 judgements to ``ages.parquet``: summed per page, they are the statistics' age columns
-(``tasks.history_stats``). Rebuilding them walks the whole history the same way, with no
+(``tasks.store.stats``). Rebuilding them walks the whole history the same way, with no
 prior rows and the rows' own ``changed``/``interval_days``. An observation not later than
 the page's previous one is counted (``LinkCounts.unordered``): the history's order then
 differs from the order of the commits, and the caller recomputes the ages from scratch.
@@ -56,8 +56,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from models.fetching.validators import judge_last_modified
 from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
-from models.validators import judge_last_modified
 
 #: Bits of a row's position below the part index (a part of up to 2**40 rows).
 PART_SHIFT = 40

@@ -7,9 +7,9 @@ observations, so a commit adds its cycle's sums (and subtracts those of a versio
 replaces), and estimation reads one row per page however long the history grows.
 
 The interval sums come from the stored rows' ``changed``/``interval_days``; the age sums
-from the judgements ``tasks.history_link`` writes while it walks the rows (``ages``
+from the judgements ``tasks.store.link`` writes while it walks the rows (``ages``
 files, ``AGES_SCHEMA``). Each query has one blocking operator (an aggregate or a join)
-and goes through a Parquet file, as in ``tasks.history_link``, so each spills on its own
+and goes through a Parquet file, as in ``tasks.store.link``, so each spills on its own
 under a commit's memory limit.
 """
 
@@ -187,7 +187,7 @@ def rows_sums(
     con: duckdb.DuckDBPyConnection, rows: duckdb.DuckDBPyRelation, ages: str, work: Path
 ) -> duckdb.DuckDBPyRelation:
     """Every column of the statistics over some history rows and their judgements (the
-    ``ages`` file ``tasks.history_link`` wrote while walking them), one row per page they
+    ``ages`` file ``tasks.store.link`` wrote while walking them), one row per page they
     observe, written under ``work``."""
     work.mkdir(parents=True, exist_ok=True)
     con.register("sum_rows", rows)

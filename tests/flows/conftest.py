@@ -10,7 +10,7 @@ import pytest
 from prefect.testing.utilities import prefect_test_harness
 
 from sandbox import SANDBOX_NETWORKS, HostBehaviour, SandboxWeb, SimClock, serve_sandbox
-from tasks.catalog import CatalogStore
+from tasks.store.catalog import CatalogStore
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 #: Small politeness delays: the sandbox is ours, and tests must stay fast.

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 
-import tasks.cycle
+import tasks.cycle.work
 from flows.plan import plan_flow
 from flows.recrawl import recrawl_flow
-from tasks.history import HistoryStore
-from tasks.planning import plan_path
+from tasks.cycle.planning import plan_path
+from tasks.store.history import HistoryStore
 from tests.flows.conftest import BOOTSTRAP, FAST_FETCH, START, import_catalog
 
 
@@ -27,7 +27,7 @@ def test_an_adhoc_plan_during_a_daily_run_leaves_the_cycle_plan_alone(
 
     fetching, planned = threading.Event(), threading.Event()
     seen: dict[str, bytes] = {}
-    real_fetch = tasks.cycle.fetch_batch
+    real_fetch = tasks.cycle.work.fetch_batch
 
     async def fetch_after_the_adhoc_plan(requests, **kwargs):
         if not fetching.is_set():
@@ -36,7 +36,7 @@ def test_an_adhoc_plan_during_a_daily_run_leaves_the_cycle_plan_alone(
             planned.wait(timeout=300)  # the ad hoc plan runs now, while this cycle fetches
         return await real_fetch(requests, **kwargs)
 
-    monkeypatch.setattr(tasks.cycle, "fetch_batch", fetch_after_the_adhoc_plan)
+    monkeypatch.setattr(tasks.cycle.work, "fetch_batch", fetch_after_the_adhoc_plan)
     daily: dict[str, object] = {}
     runner = threading.Thread(
         target=lambda: daily.update(

@@ -2,8 +2,8 @@ import pandas as pd
 import pytest
 
 from flows.estimate import estimate_flow, estimate_rates_task
-from models.synthetic import generate_history, generate_web
-from tasks.history import HistoryStore
+from models.estimation.synthetic import generate_history, generate_web
+from tasks.store.history import HistoryStore
 
 
 @pytest.fixture

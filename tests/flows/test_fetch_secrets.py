@@ -6,7 +6,7 @@ import uuid
 
 from prefect.blocks.system import Secret
 
-from tasks.fetch_settings import FetchSettings
+from tasks.fetch.settings import FetchSettings
 
 
 def test_the_api_key_comes_from_a_named_secret_block(prefect_server):

@@ -11,10 +11,10 @@ from pathlib import Path
 from flows.plan import plan_cycle_task, plan_flow, summary_path
 from flows.recrawl import recrawl_flow, report_cycle_task
 from tests.flows.conftest import BOOTSTRAP, FAST_FETCH, START, import_catalog
-from tests.tasks.test_estimation_robust import stale_first_cycle
+from tests.tasks.cycle.test_estimation_robust import stale_first_cycle
 
 BREAK_MIXTURE = (
-    "import models.mixture_prior as m\n"
+    "import models.estimation.mixture_prior as m\n"
     "def broken(*a, **k):\n"
     "    raise FloatingPointError('broken on purpose')\n"
     "m.fit_mixture_prior = broken\n"

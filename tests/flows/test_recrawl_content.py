@@ -15,10 +15,10 @@ from flows.recrawl import (
     recrawl_flow,
     split_plan_task,
 )
-from models.urls import normalize
-from tasks.catalog import CatalogStore
-from tasks.cycle import work_dir
-from tasks.cycle_content import content_pending
+from models.discovery.urls import normalize
+from tasks.cycle.content import content_pending
+from tasks.cycle.work import work_dir
+from tasks.store.catalog import CatalogStore
 from tests.flows.conftest import BOOTSTRAP, FAST_FETCH, START
 
 

@@ -8,11 +8,11 @@ import pandas as pd
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
 
-import tasks.cycle
+import tasks.cycle.work
 from flows.plan import plan_flow
 from flows.recrawl import recrawl_flow
-from tasks.history import HistoryStore
-from tasks.host_limits import ensure_host_limits, limit_name
+from tasks.cycle.host_limits import ensure_host_limits, limit_name
+from tasks.store.history import HistoryStore
 from tests.flows.conftest import BOOTSTRAP, FAST_FETCH, START, import_catalog
 
 
@@ -60,7 +60,7 @@ def test_a_failing_host_batch_leaves_the_cycle_committed(
     root = str(tmp_path)
     urls = import_catalog(root, sandbox_web)
     bad_host = sandbox_web.host(2)
-    real_fetch = tasks.cycle.fetch_batch
+    real_fetch = tasks.cycle.work.fetch_batch
 
     async def flaky_fetch(requests, **kwargs):
         requests = list(requests)
@@ -68,7 +68,7 @@ def test_a_failing_host_batch_leaves_the_cycle_committed(
             raise ConnectionError("simulated crash of the fetch engine")
         return await real_fetch(requests, **kwargs)
 
-    monkeypatch.setattr(tasks.cycle, "fetch_batch", flaky_fetch)
+    monkeypatch.setattr(tasks.cycle.work, "fetch_batch", flaky_fetch)
     result = recrawl_flow(
         root=root,
         budget=len(urls),
@@ -87,7 +87,7 @@ def test_a_failing_host_batch_leaves_the_cycle_committed(
 
     # never observed, so they are planned as first visits (reason discovery), at twice the
     # cost: the errors halved the host's health
-    monkeypatch.setattr(tasks.cycle, "fetch_batch", real_fetch)
+    monkeypatch.setattr(tasks.cycle.work, "fetch_batch", real_fetch)
     plan = plan_flow(root=root, budget=400, cycle=1, at=START + timedelta(days=1))
     planned = pd.read_parquet(plan["path"])
     assert set(planned.loc[planned["reason"] == "discovery", "url_id"]) == set(bad["url_id"])

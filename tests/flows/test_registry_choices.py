@@ -1,5 +1,5 @@
 """The command lines' choices and the flows' parameter schemas come from the registries
-(issue 17): a cost model added to ``models.cost.COST_MODELS`` is offered and accepted."""
+(issue 17): a cost model added to ``models.planning.cost.COST_MODELS`` is offered and accepted."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import flows.serve
 from flows.cli import build_parser, main
 from flows.plan import plan_flow
 from flows.recrawl import recrawl_flow
-from models.backtest import FACTORIES
-from models.cost import COST_MODELS, FloatArray, PageHistory
-from tasks.catalog import CatalogStore
+from models.backtest.runner import FACTORIES
+from models.planning.cost import COST_MODELS, FloatArray, PageHistory
+from tasks.store.catalog import CatalogStore
 
 COST_COMMANDS = ("plan", "run")
 

@@ -11,7 +11,7 @@ from flows.recrawl import (
     report_cycle_task,
     split_plan_task,
 )
-from tasks.history import HistoryStore
+from tasks.store.history import HistoryStore
 from tests.flows.conftest import BOOTSTRAP, FAST_FETCH, START, import_catalog
 
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pandas as pd
 
 from flows.recrawl import recrawl_flow
-from tasks.planning import plan_path
+from tasks.cycle.planning import plan_path
 from tests.flows.conftest import BOOTSTRAP, FAST_FETCH, START, import_catalog
 
 VERIFY = {"discovery": 0.0, "reestimation": 0.0, "verification": 0.5}

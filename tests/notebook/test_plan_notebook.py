@@ -57,7 +57,7 @@ POSTAMBLE = """\
 import tempfile
 from pathlib import Path
 
-from tasks.history import commit_connection, connect
+from tasks.store.history import commit_connection, connect
 
 spill = Path(tempfile.mkdtemp()) / "spill"
 for con in (connect(), commit_connection(spill, "64MB")):

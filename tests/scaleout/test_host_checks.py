@@ -8,8 +8,8 @@ import pytest
 
 from flows.recrawl import pacing_left_s
 from sandbox.log import RequestRecord
-from tasks.fetch import EngineState
-from tasks.fetch_settings import FetchSettings
+from tasks.fetch.engine import EngineState
+from tasks.fetch.settings import FetchSettings
 from tests.scaleout.host_checks import agent_window, host_politeness
 
 

@@ -27,7 +27,7 @@ from prefect.workers.process import ProcessWorker
 
 from flows.recrawl import recrawl_flow
 from sandbox import SANDBOX_NETWORKS, HostBehaviour, SandboxWeb, SimClock, serve_sandbox
-from tasks.history import HistoryStore
+from tasks.store.history import HistoryStore
 from tests.flows.conftest import BOOTSTRAP, import_catalog
 from tests.scaleout.host_checks import agent_window, host_politeness
 from tests.scaleout.stack import REPO, PrefectStack

@@ -20,7 +20,7 @@ from prefect.client.schemas.sorting import ArtifactSort
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from flows.recrawl import recrawl_flow
-from tasks.reports import report_dir
+from tasks.reports.cycle_report import report_dir
 from tests.flows.conftest import BOOTSTRAP, FAST_FETCH, START, import_catalog
 
 pytestmark = pytest.mark.slow  # a real Prefect server's first start, then a browser

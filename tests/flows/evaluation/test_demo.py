@@ -1,6 +1,6 @@
 """The demo end to end at toy size (discover flow, bootstrap, recrawl flows, scoring)."""
 
-from flows.demo import format_result, run_demo
+from flows.evaluation.demo import format_result, run_demo
 
 
 def test_demo_compares_planner_and_uniform_against_the_truth(prefect_server, tmp_path):
@@ -11,7 +11,7 @@ def test_demo_compares_planner_and_uniform_against_the_truth(prefect_server, tmp
     assert 0 < result.table.loc["planner", "visits"] <= 12
     # the planner's record hashes agree with the truth about which visits saw a change
     # (they once differed here: the truth's page keys attached a page's first visit to the
-    # page before it; fixed in models/realized.py)
+    # page before it; fixed in models/backtest/realized.py)
     caught = result.table.loc["planner", "changes caught"]
     assert result.detected_changes == caught
     assert result.plot.stat().st_size > 1000

@@ -3,8 +3,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from models import allocation_local
-from models.allocation import (
+from models.allocation import local as allocation_local
+from models.allocation.allocate import (
     AllocationInputError,
     AllocationProblem,
     allocate,
@@ -12,12 +12,7 @@ from models.allocation import (
     solve,
     uniform_allocation,
 )
-from models.allocation_local import DIRECT_PAGES, _LocalSolver, _start, solve_local
-from models.allocation_model import UnresolvedError
-from models.allocation_refresh import Pages
-from models.allocation_solver import fresh_values, page_scale, solve_direct
-from models.allocation_table import inverse_of
-from models.freshness import (
+from models.allocation.freshness import (
     AGE,
     CHANGE_CAPTURE,
     FRESHNESS,
@@ -27,7 +22,12 @@ from models.freshness import (
     freshness_gain,
     priority,
 )
-from models.synthetic import allocation_web
+from models.allocation.local import DIRECT_PAGES, _LocalSolver, _start, solve_local
+from models.allocation.model import UnresolvedError
+from models.allocation.refresh import Pages
+from models.allocation.solver import fresh_values, page_scale, solve_direct
+from models.allocation.table import inverse_of
+from models.estimation.synthetic import allocation_web
 
 # ---------------------------------------------------------------- known answers
 
@@ -325,7 +325,7 @@ def test_budget_spent_exactly_with_binding_hosts_and_tied_pages_at_the_edge():
 
 
 def web_problem(n, n_hosts, seed=7, objective=FRESHNESS, budget_share=0.2):
-    """The benchmark's synthetic web (``models.synthetic.allocation_web``) as a problem."""
+    """The benchmark's synthetic web (``synthetic.allocation_web``) as a problem."""
     web = allocation_web(n, n_hosts, seed=seed)
     rates, weights, costs, hosts, per_host = (
         web.rates,

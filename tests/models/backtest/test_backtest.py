@@ -5,17 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.backtest import (
-    FACTORIES,
-    POLICIES,
-    BacktestConfig,
-    BacktestResult,
-    PolicyContext,
-    build_policies,
-    recovery,
-    run_backtest,
-)
-from models.backtest_policies import (
+from models.backtest.policies import (
     NutchPolicy,
     NutchSettings,
     Policy,
@@ -27,16 +17,26 @@ from models.backtest_policies import (
     stormcrawler_update,
     uniform_frequencies,
 )
-from models.backtest_sim import PolicyViolationError, simulate
-from models.backtest_variants import register_variants
-from models.backtest_web import (
+from models.backtest.runner import (
+    FACTORIES,
+    POLICIES,
+    BacktestConfig,
+    BacktestResult,
+    PolicyContext,
+    build_policies,
+    recovery,
+    run_backtest,
+)
+from models.backtest.sim import PolicyViolationError, simulate
+from models.backtest.variants import register_variants
+from models.backtest.web import (
     BacktestInputError,
     ChangeStream,
     PublicWeb,
     RateSchedule,
     draw_day_changes,
 )
-from models.backtest_workloads import build_workload, measure_web_shape
+from models.backtest.workloads import build_workload, measure_web_shape
 
 
 def flat_web(n: int, *, hosts: int = 1, capacity: float = 1e9) -> PublicWeb:

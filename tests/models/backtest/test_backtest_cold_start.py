@@ -5,18 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.backtest import BacktestConfig, BacktestResult, run_backtest
-from models.backtest_learning import NaiveLearner, PageObservations
-from models.backtest_policies import (
+from models.backtest.learning import NaiveLearner, PageObservations
+from models.backtest.policies import (
     NutchPolicy,
     Policy,
     ProportionalPolicy,
     StormCrawlerPolicy,
     UniformPolicy,
 )
-from models.backtest_sim import simulate
-from models.backtest_web import BacktestInputError, ChangeStream, PublicWeb, RateSchedule
-from models.backtest_workloads import build_workload
+from models.backtest.runner import BacktestConfig, BacktestResult, run_backtest
+from models.backtest.sim import simulate
+from models.backtest.web import BacktestInputError, ChangeStream, PublicWeb, RateSchedule
+from models.backtest.workloads import build_workload
 
 
 def flat_web(n: int) -> PublicWeb:

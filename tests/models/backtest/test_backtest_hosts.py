@@ -8,16 +8,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from models.backtest import BacktestConfig, BacktestResult, format_table, run_backtest
-from models.backtest_hosts import capacity_bound_hosts, format_host_slices, freshness_by_hosts
-from models.backtest_last_modified import LM_ABSENT, LM_HONEST, LM_NOW
-from models.backtest_learning import PageObservations
-from models.backtest_sim import PageTotals
-from models.backtest_targets import check_targets
-from models.backtest_variants import GroupOracleLearner
-from models.backtest_web import PublicWeb, RateSchedule
-from models.backtest_workloads import Workload
-from tasks.policy_backtest_report import write_backtest_report
+from models.backtest.hosts import capacity_bound_hosts, format_host_slices, freshness_by_hosts
+from models.backtest.last_modified import LM_ABSENT, LM_HONEST, LM_NOW
+from models.backtest.learning import PageObservations
+from models.backtest.runner import BacktestConfig, BacktestResult, format_table, run_backtest
+from models.backtest.sim import PageTotals
+from models.backtest.targets import check_targets
+from models.backtest.variants import GroupOracleLearner
+from models.backtest.web import PublicWeb, RateSchedule
+from models.backtest.workloads import Workload
+from tasks.reports.backtest_report import write_backtest_report
 
 
 def _workload() -> Workload:

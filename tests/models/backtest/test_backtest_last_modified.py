@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import models.backtest_learning as learning
-from models.backtest import BacktestConfig, run_backtest
-from models.backtest_last_modified import (
+import models.backtest.learning as learning
+from models.backtest.last_modified import (
     LM_ABSENT,
     LM_HONEST,
     LM_NOW,
@@ -15,8 +14,9 @@ from models.backtest_last_modified import (
     LastModifiedShares,
     host_behaviour,
 )
-from models.backtest_learning import PageObservations
-from models.backtest_web import BacktestInputError, draw_day_changes
+from models.backtest.learning import PageObservations
+from models.backtest.runner import BacktestConfig, run_backtest
+from models.backtest.web import BacktestInputError, draw_day_changes
 
 
 def test_headers_follow_each_hosts_behaviour_and_the_true_last_change():

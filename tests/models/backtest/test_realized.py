@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from models.realized import Events, changes_caught, fresh_share
+from models.backtest.realized import Events, changes_caught, fresh_share
 
 
 def ev(pages, times):

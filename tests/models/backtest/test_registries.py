@@ -1,7 +1,7 @@
 """One registry each for cost models and backtest policies (issue 17).
 
-Cost models: ``models.cost.COST_MODELS``, from which the flows' ``CostModelName`` type is
-built. Backtest policies: ``models.backtest_registry``, filled once at import by
+Cost models: ``models.planning.cost.COST_MODELS``, from which the flows' ``CostModelName`` type is
+built. Backtest policies: ``models.backtest.registry``, filled once at import by
 ``register_policy`` (the default comparison and the planner variants), read-only after.
 """
 
@@ -11,11 +11,11 @@ import typing
 
 import pytest
 
-from models.backtest import FACTORIES, POLICIES, BacktestConfig, run_backtest
-from models.backtest_registry import check_policy_names, register_policy
-from models.backtest_variants import VARIANTS, register_variants
-from models.backtest_web import BacktestInputError
-from models.cost import COST_MODELS, CostModelName
+from models.backtest.registry import check_policy_names, register_policy
+from models.backtest.runner import FACTORIES, POLICIES, BacktestConfig, run_backtest
+from models.backtest.variants import VARIANTS, register_variants
+from models.backtest.web import BacktestInputError
+from models.planning.cost import COST_MODELS, CostModelName
 
 
 def test_cost_model_registry_is_keyed_by_the_models_names():

@@ -8,9 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from models.extract import decode_body, extract
-from models.extract_rules import CssRule, ExtractionRules, JsonRule, MainTextRule, UrlPattern
-from models.simhash import hamming
+from models.content.extract import decode_body, extract
+from models.content.extract_rules import (
+    CssRule,
+    ExtractionRules,
+    JsonRule,
+    MainTextRule,
+    UrlPattern,
+)
+from models.content.simhash import hamming
 from sandbox import HostBehaviour, SandboxWeb, SimClock
 from sandbox.http import Request
 from sandbox.responder import Responder

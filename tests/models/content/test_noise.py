@@ -6,7 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.noise import _VOLATILE_TEXT, is_volatile_key, prune_volatile_json, strip_volatile_text
+from models.content.noise import (
+    _VOLATILE_TEXT,
+    is_volatile_key,
+    prune_volatile_json,
+    strip_volatile_text,
+)
 
 pytestmark = pytest.mark.numerics_free
 

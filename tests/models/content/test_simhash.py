@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.simhash import (
+from models.content.simhash import (
     SimhashIndex,
     hamming,
     hamming_many,

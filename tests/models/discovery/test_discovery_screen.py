@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from models.discovery import (
+from models.discovery.admission import (
     Candidate,
     HostCaps,
     pattern_multipliers,
     screen_candidates,
     url_pattern,
 )
-from models.links import links_from_html
-from models.redaction import RedactionPolicy, redact_headers, redact_url
-from models.seen import BloomFilter, ExactSeenSet
-from models.urls import url_id
+from models.discovery.links import links_from_html
+from models.discovery.seen import BloomFilter, ExactSeenSet
+from models.discovery.urls import url_id
+from models.fetching.redaction import RedactionPolicy, redact_headers, redact_url
 
 NOTHING = ExactSeenSet.of([])
 

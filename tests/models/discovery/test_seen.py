@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from models.seen import BloomFilter, ExactSeenSet, bloom_size
+from models.discovery.seen import BloomFilter, ExactSeenSet, bloom_size
 
 pytestmark = pytest.mark.numerics_free
 

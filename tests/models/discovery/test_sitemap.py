@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from models.sitemap import (
+from models.discovery.sitemap import (
     CHANGEFREQ_RATES,
     MAX_BYTES,
     MAX_URLS,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from models.urls import (
+from models.discovery.urls import (
     InvalidURLError,
     canonical,
     normalize,

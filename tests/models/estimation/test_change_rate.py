@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.change_rate import (
+from models.estimation.change_rate import (
     EstimationInputError,
     GammaPrior,
     IntervalStats,
@@ -259,8 +259,8 @@ def test_per_page_prior_gives_exact_interval_for_pages_without_change():
 
 
 def test_chunked_moment_path_matches_unchunked_node_path(monkeypatch):
-    import models.change_rate as change_rate
-    import models.rate_solver as rate_solver
+    import models.estimation.change_rate as change_rate
+    import models.estimation.rate_solver as rate_solver
 
     rng = np.random.default_rng(8)
     p, n = 5000, 6

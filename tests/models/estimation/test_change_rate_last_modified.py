@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 from scipy import integrate, special
 
-from models.change_rate import MAX_RATE, estimate_from_moments
-from models.mixture_prior import _PageGrid
-from models.rate_data import (
+from models.estimation.change_rate import MAX_RATE, estimate_from_moments
+from models.estimation.mixture_prior import _PageGrid
+from models.estimation.rate_data import (
     EstimationInputError,
     PageAges,
     PageMoments,
     moments_with_last_modified,
     with_trusted_ages,
 )
-from models.validators import (
+from models.fetching.validators import (
     FIRST_AGE_HORIZON_DAYS,
     LM_CODES,
     LM_CONSISTENT,

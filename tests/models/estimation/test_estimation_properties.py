@@ -3,15 +3,15 @@
 Histories are drawn page by page: intervals from a microsecond to 270 years (what two
 fetch timestamps can be apart), changed at every visit, never, or at random; Last-Modified
 ages absent, recent, or beyond the first-age horizon (older than
-``models.validators.FIRST_AGE_HORIZON_DAYS``: the page then tells only that it did not
+``models.fetching.validators.FIRST_AGE_HORIZON_DAYS``: the page then tells only that it did not
 change within the horizon); pages never observed; one page, one host, none at all. A date
 in the future is no age at all (``judge_last_modified`` rejects it), so at this level it is
-the "absent" case; ``tests/tasks/test_estimation_robust.py`` sends such headers through
+the "absent" case; ``tests/tasks/cycle/test_estimation_robust.py`` sends such headers through
 the store.
 
 Each result must be finite and inside the documented clamps (``MIN_RATE`` up to
 ``MAX_RATE``, or ``MAX_AGED_RATE`` for a page with a trusted age), and name the prior it
-came from: the one asked for or a weaker one of ``models.change_rate.FALLBACKS``.
+came from: the one asked for or a weaker one of ``models.estimation.change_rate.FALLBACKS``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from models.change_rate import (
+from models.estimation.change_rate import (
     FALLBACKS,
     MAX_AGED_RATE,
     MAX_RATE,
@@ -31,9 +31,9 @@ from models.change_rate import (
     estimate_from_moments,
     estimate_from_stats,
 )
-from models.mixture_prior import fit_mixture_prior
-from models.rate_data import PageAges, PageMoments, RateEstimates, with_trusted_ages
-from models.validators import FIRST_AGE_HORIZON_DAYS
+from models.estimation.mixture_prior import fit_mixture_prior
+from models.estimation.rate_data import PageAges, PageMoments, RateEstimates, with_trusted_ages
+from models.fetching.validators import FIRST_AGE_HORIZON_DAYS
 
 PRIORS = ("mixture", "empirical", "none")
 
@@ -188,9 +188,9 @@ def nan_rates(stats):
 @pytest.mark.parametrize(
     ("prior", "target", "replacement", "used"),
     [
-        ("mixture", "models.mixture_prior.fit_mixture_prior", broken, "empirical"),
-        ("empirical", "models.change_rate.fit_group_priors", broken, "weak"),
-        ("none", "models.change_rate._smoothed_mle", nan_rates, "weak"),
+        ("mixture", "models.estimation.mixture_prior.fit_mixture_prior", broken, "empirical"),
+        ("empirical", "models.estimation.change_rate.fit_group_priors", broken, "weak"),
+        ("none", "models.estimation.change_rate._smoothed_mle", nan_rates, "weak"),
     ],
 )
 def test_a_prior_that_cannot_be_fitted_gives_way_to_a_weaker_one(
@@ -200,7 +200,7 @@ def test_a_prior_that_cannot_be_fitted_gives_way_to_a_weaker_one(
     web.append(Page(0, (), (), (), None, False))  # a page never observed
     moments, groups = store_statistics(web, 0.5)
     monkeypatch.setattr(target, replacement)
-    with caplog.at_level("WARNING", logger="models.change_rate"):
+    with caplog.at_level("WARNING", logger="models.estimation.change_rate"):
         est = estimate_from_moments(moments, groups=groups, prior=prior)
     assert est.prior_used == used
     assert est.prior_fallback.startswith(f"{prior} prior could not be fitted (")

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from scipy import special
 
-from models import mixture_prior
-from models.change_rate import estimate_from_moments
-from models.mixture_prior import (
+from models.estimation import mixture_prior
+from models.estimation.change_rate import estimate_from_moments
+from models.estimation.mixture_prior import (
     _inverse_trigamma,
     fit_mixture_prior,
     group_gamma_parameters,
 )
-from models.rate_data import PageMoments
+from models.estimation.rate_data import PageMoments
 
 LEVELS = np.array([0.002, 0.1, 5.0])
 
@@ -130,7 +130,7 @@ def test_the_planners_estimator_is_the_mixture_prior():
 
 
 def test_the_mixture_prior_needs_moment_sums():
-    from models.change_rate import EstimationInputError, estimate_rates
+    from models.estimation.change_rate import EstimationInputError, estimate_rates
 
     with pytest.raises(EstimationInputError, match="mixture prior needs per-page moment sums"):
         estimate_rates([0, 0], [1.0, 2.0], [True, False], prior="mixture")

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from models.cost import (
+from models.planning.cost import (
     MIB,
     BandwidthBilling,
     CatalogCost,

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.planning import (
+from models.planning.select import (
     AHEAD,
     DISCOVERY,
     DUE,
@@ -62,7 +62,7 @@ def test_slices_get_their_share_and_due_pages_go_by_priority():
 
 
 def test_due_pages_are_taken_best_priority_first():
-    from models.freshness import priority
+    from models.allocation.freshness import priority
 
     base = candidates(n=3000, seed=5, never=0.0)
     # equal costs: the greedy fill is exact, so nothing left out may outrank what is taken

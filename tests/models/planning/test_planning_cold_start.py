@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from models.freshness import fresh_days_after_visit, freshness_gain
-from models.planning import AHEAD, DISCOVERY, DUE, Candidates, Slices, select_batch
+from models.allocation.freshness import fresh_days_after_visit, freshness_gain
+from models.planning.select import AHEAD, DISCOVERY, DUE, Candidates, Slices, select_batch
 
 
 def catalog(n=50, *, hosts=1, seed=0, value=None, cost=None, rate=0.2, frequency=0.1):

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks import history
+from tasks.store import history
 from tests.reliability.faults.harness import START
 
 POINTS = ("staging", "version", "stats", "manifest")

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks.fetch_settings import FetchSettings
-from tasks.history import HistoryStore, connect, stats_sql
+from tasks.fetch.settings import FetchSettings
+from tasks.store.history import HistoryStore, connect, stats_sql
 
 REPO = Path(__file__).resolve().parents[3]
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -147,7 +147,7 @@ def stats_equal_rebuild(root: Path) -> bool:
 
 def bootstrap(root: Path, budget: float) -> None:
     """Cycle 0 (every page once) in this process: the crash test's worker, no kill."""
-    from tests.cycle import cycle_worker
+    from tests.tasks.cycle import cycle_worker
 
     settings = cycle_worker.SETTINGS
     if "allowed_networks" in FetchSettings.model_fields and not settings.allowed_networks:

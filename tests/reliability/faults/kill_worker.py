@@ -1,4 +1,4 @@
-"""``tests.cycle.cycle_worker`` with a SIGKILL aimed at one stage of the cycle.
+"""``tests.tasks.cycle.cycle_worker`` with a SIGKILL aimed at one stage of the cycle.
 
 ``python -m tests.reliability.faults.kill_worker STAGE K [--fsize-at STAGE] -- WORKER ARGS``
 runs the crash test's cycle worker (plan, split, fetch every host batch, commit) and
@@ -46,10 +46,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-import tasks.cycle
-from tasks import history
-from tasks.fetch_settings import FetchSettings
-from tests.cycle import cycle_worker
+import tasks.cycle.work
+from tasks.fetch.settings import FetchSettings
+from tasks.store import history
+from tests.tasks.cycle import cycle_worker
 
 STAGES = (
     "plan",
@@ -150,7 +150,7 @@ def install(faults: Faults) -> None:
     cycle_worker.plan_cycle = staged("plan")(cycle_worker.plan_cycle)
     cycle_worker.split_plan = staged("split")(cycle_worker.split_plan)
     cycle_worker.run_host_batch = staged("parts")(cycle_worker.run_host_batch)
-    fetch_batch = tasks.cycle.fetch_batch
+    fetch_batch = tasks.cycle.work.fetch_batch
 
     async def staged_fetch(*args: Any, **kwargs: Any) -> Any:
         faults.enter("fetch")
@@ -158,7 +158,7 @@ def install(faults: Faults) -> None:
         faults.enter("parts")
         return result
 
-    tasks.cycle.fetch_batch = staged_fetch
+    tasks.cycle.work.fetch_batch = staged_fetch
     cycle_worker.commit_cycle = staged("commit-prepare")(cycle_worker.commit_cycle)
     writer = history.CycleWriter
     writer.write_part = staged("commit-stage")(writer.write_part)  # type: ignore[method-assign]
@@ -172,7 +172,7 @@ def install(faults: Faults) -> None:
 
     store._publish = publish_then_maybe_die  # type: ignore[method-assign]
 
-    original_hook = tasks.cycle.cost_hook_for
+    original_hook = tasks.cycle.work.cost_hook_for
 
     def counting_cost_hook(model: Any) -> Any:
         hook = original_hook(model)
@@ -183,7 +183,7 @@ def install(faults: Faults) -> None:
 
         return counted
 
-    tasks.cycle.cost_hook_for = counting_cost_hook
+    tasks.cycle.work.cost_hook_for = counting_cost_hook
 
     write_table = pq.write_table
 

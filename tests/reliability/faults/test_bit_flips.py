@@ -2,7 +2,7 @@
 
 Such a file often still reads (a raw zstd literal or a statistic in the footer decodes to
 another value: ``interval_days`` of +-1e300), so the store checks each published file
-against the digest recorded when it was written (``tasks.history.verify_file``). A flip
+against the digest recorded when it was written (``tasks.store.history.verify_file``). A flip
 at the start, the middle or the footer of a history part, the statistics, the catalog or
 the cycle report is reported by file name (``HistoryCorruptError``; the CLI prints one
 line and exits 2), nothing in the store changes, and ``history rebuild-stats`` refuses to
@@ -21,10 +21,10 @@ import pandas as pd
 import pytest
 
 import flows.cli
-from flows.estimation_demo import run_estimation_demo
-from tasks.catalog import CatalogStore
-from tasks.history import HistoryCorruptError, HistoryStore, connect
-from tasks.reports import record_cycle
+from flows.evaluation.estimation_demo import run_estimation_demo
+from tasks.reports.cycle_report import record_cycle
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import HistoryCorruptError, HistoryStore, connect
 from tests.cycle_numbers import sample_numbers
 from tests.reliability.faults.harness import REPO
 

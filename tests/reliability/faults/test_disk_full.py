@@ -26,11 +26,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from models.urls import normalize, url_id
+from models.discovery.urls import normalize, url_id
 from sandbox import HostBehaviour, SandboxWeb, SimClock, serve_sandbox
-from tasks.catalog import CatalogStore
-from tasks.cycle import CycleInputError, commit_cycle, split_plan, work_dir, write_failed_part
-from tasks.history import HistoryCorruptError, HistoryStore, HistoryWriteError
+from tasks.cycle.work import CycleInputError, commit_cycle, split_plan, work_dir, write_failed_part
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import HistoryCorruptError, HistoryStore, HistoryWriteError
 from tests.flows.conftest import import_catalog
 from tests.reliability.faults.disk_worker import PAGES, POINTS, synthetic_rows
 from tests.reliability.faults.harness import (

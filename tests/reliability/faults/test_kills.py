@@ -1,7 +1,7 @@
 """SIGKILL a real cycle process at every stage, many times, at seeded random points.
 
 ``tests/cycle/test_crash.py`` kills the cycle worker at random times and at two commit
-points. Here the same worker (``tests.cycle.cycle_worker``, wrapped by ``kill_worker``) is
+points. Here the same worker (``tests.tasks.cycle.cycle_worker``, wrapped by ``kill_worker``) is
 killed at a chosen stage (planning, splitting, mid-batch fetching, writing parts, each step
 of the commit: staging, linking, the version and statistics files, the manifest, after it)
 at a random event of that stage, and also at random times. After every kill the history's
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import HostBehaviour, RunningSandbox, SandboxWeb, SimClock, serve_sandbox
-from tasks.cycle import cycle_state, read_batches, work_dir
+from tasks.cycle.work import cycle_state, read_batches, work_dir
 from tests.flows.conftest import import_catalog
 from tests.reliability.faults.harness import (
     START,

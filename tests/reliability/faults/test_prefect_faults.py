@@ -6,8 +6,8 @@ in its own process (``flow_worker``), tagged ``host:<h>`` with one slot per host
 * fast: run A is SIGKILLed mid-batch (its hosts' slots stay taken: the server holds their
   leases); run B starts and the server is SIGKILLed under it, so B fails (no commit) and the
   restarted server has lost every lease: A's slots are leaked for good. Run C repairs them
-  (``tasks.host_limits``), sets A and B, whose processes are gone, to Crashed
-  (``tasks.run_claims``), and commits the cycle: every planned page exactly once, the
+  (``tasks.cycle.host_limits``), sets A and B, whose processes are gone, to Crashed
+  (``tasks.cycle.run_claims``), and commits the cycle: every planned page exactly once, the
   earlier cycle untouched, no run left Running, no slot taken.
 * long: a run killed while the server stays up (its slots come back when the leases expire,
   about a minute; nothing to repair), the server paused (SIGSTOP) mid-cycle for longer than
@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from sandbox import HostBehaviour, RunningSandbox, SandboxWeb, SimClock, serve_sandbox
-from tasks.cycle import read_batches, work_dir
+from tasks.cycle.work import read_batches, work_dir
 from tests.flows.conftest import FAST_FETCH, import_catalog
 from tests.reliability.faults.harness import (
     REPO,

@@ -18,11 +18,11 @@ Properties, for every vector:
 
 Commands that would start Prefect, serve, or send traffic run only up to their expensive
 call, which is stubbed to raise ``ReachedExpensiveCall`` (counted as "arguments accepted"):
-``flows.demo.run_demo`` (demo), ``flows.local_prefect.start_local_prefect`` (run),
-``tasks.fetch.fetch_batch_sync`` (fetch), ``tasks.discovery.discover_sync`` (discover),
+``flows.evaluation.demo.run_demo`` (demo), ``flows.local_prefect.start_local_prefect`` (run),
+``tasks.fetch.engine.fetch_batch_sync`` (fetch), ``tasks.discovery.run.discover_sync`` (discover),
 ``sandbox.cli.SandboxWeb.generate`` and ``serve_foreground`` (sandbox),
-``flows.policy_backtest.run_policy_backtest`` (backtest), and
-``flows.estimation_demo.run_estimation_demo`` above 2,000 page-cycles (synthetic; smaller
+``flows.evaluation.policy_backtest.run_policy_backtest`` (backtest), and
+``flows.evaluation.estimation_demo.run_estimation_demo`` above 2,000 page-cycles (synthetic; smaller
 runs are real). ``flows.cli.apply_prefect_defaults`` is a no-op here (it sets process-wide
 environment variables). Nothing leaves the process, let alone loopback.
 """
@@ -376,7 +376,7 @@ class Workspace:
 @pytest.fixture(scope="module")
 def pristine_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small synthetic history and its catalog, written once; each test works on a copy."""
-    from flows.estimation_demo import run_estimation_demo
+    from flows.evaluation.estimation_demo import run_estimation_demo
 
     root = tmp_path_factory.mktemp("cli_fuzz") / "pristine"
     run_estimation_demo(root, pages=120, cycles=3, seed=7)
@@ -391,15 +391,15 @@ def workspace(pristine_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     def reached(*args: Any, **kwargs: Any) -> Any:
         raise ReachedExpensiveCall
 
-    import flows.demo
-    import flows.estimation_demo
+    import flows.evaluation.demo
+    import flows.evaluation.estimation_demo
+    import flows.evaluation.policy_backtest
     import flows.local_prefect
-    import flows.policy_backtest
     import sandbox.cli
-    import tasks.discovery
-    import tasks.fetch
+    import tasks.discovery.run
+    import tasks.fetch.engine
 
-    real_synthetic = flows.estimation_demo.run_estimation_demo
+    real_synthetic = flows.evaluation.estimation_demo.run_estimation_demo
 
     def synthetic(root: Path, *, pages: int, cycles: int, seed: int) -> Any:
         if pages * cycles > 2_000:
@@ -407,15 +407,15 @@ def workspace(pristine_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
         return real_synthetic(root, pages=pages, cycles=cycles, seed=seed)
 
     monkeypatch.setattr(cli, "apply_prefect_defaults", lambda **kw: None)
-    monkeypatch.setattr(flows.demo, "run_demo", reached)
+    monkeypatch.setattr(flows.evaluation.demo, "run_demo", reached)
     monkeypatch.setattr(flows.local_prefect, "start_local_prefect", reached)
-    monkeypatch.setattr(tasks.fetch, "fetch_batch_sync", reached)
-    monkeypatch.setattr(tasks.discovery, "discover_sync", reached)
+    monkeypatch.setattr(tasks.fetch.engine, "fetch_batch_sync", reached)
+    monkeypatch.setattr(tasks.discovery.run, "discover_sync", reached)
     monkeypatch.setattr(sandbox.cli.SandboxWeb, "generate", classmethod(reached))
     monkeypatch.setattr(sandbox.cli, "serve_foreground", reached)
     monkeypatch.setattr(sandbox.cli, "raise_open_file_limit", lambda n: None)
-    monkeypatch.setattr(flows.policy_backtest, "run_policy_backtest", reached)
-    monkeypatch.setattr(flows.estimation_demo, "run_estimation_demo", synthetic)
+    monkeypatch.setattr(flows.evaluation.policy_backtest, "run_policy_backtest", reached)
+    monkeypatch.setattr(flows.evaluation.estimation_demo, "run_estimation_demo", synthetic)
     space.reset()
     monkeypatch.chdir(space.work)
     return space

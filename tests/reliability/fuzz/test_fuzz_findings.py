@@ -14,8 +14,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from models.sitemap import parse_lastmod, parse_sitemap
-from models.urls import InvalidURLError, normalize
+from models.discovery.sitemap import parse_lastmod, parse_sitemap
+from models.discovery.urls import InvalidURLError, normalize
 
 pytestmark = pytest.mark.reliability
 

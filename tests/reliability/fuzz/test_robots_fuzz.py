@@ -1,4 +1,4 @@
-"""Fuzz: robots.txt interpretation and matching (``tasks.robots`` over protego) on bad input.
+"""Fuzz: robots.txt interpretation and matching (``tasks.fetch.robots`` over protego) on bad input.
 
 Random bytes, real-looking files mutated byte by byte (flips, insertions, deletions, cuts),
 BOMs, odd line endings and invalid UTF-8, as 2xx bodies and with every status. Properties:
@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import strategies as st
 
-from models.robots_policy import (
+from models.fetching.robots_policy import (
     ROBOTS_MAX_BYTES,
     RobotsCachePolicy,
     RobotsVerdict,
@@ -25,7 +25,7 @@ from models.robots_policy import (
     robots_text,
     verdict_for_status,
 )
-from tasks.robots import RobotsFetch, interpret_robots
+from tasks.fetch.robots import RobotsFetch, interpret_robots
 from tests.reliability.fuzz.budget import BUDGETS, check
 from tests.reliability.fuzz.mutate import mutated
 

@@ -1,4 +1,5 @@
-"""Fuzz: sitemap parsing (``models.sitemap``) on random, mutated, truncated and hostile input.
+"""Fuzz: sitemap parsing (``models.discovery.sitemap``) on random, mutated, truncated and hostile
+input.
 
 Random bytes; valid sitemaps and indexes (namespaced or not, odd dates, priorities,
 change frequencies, CDATA, comments, other encodings) mutated byte by byte; gzip files cut
@@ -19,7 +20,7 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import strategies as st
 
-from models.sitemap import (
+from models.discovery.sitemap import (
     CHANGEFREQ_RATES,
     SITEMAP_NS,
     SitemapRejectedError,

@@ -1,4 +1,4 @@
-"""Fuzz: URL normalization and reference resolution (``models.urls``) on hostile input.
+"""Fuzz: URL normalization and reference resolution (``models.discovery.urls``) on hostile input.
 
 Random Unicode (surrogates and controls included), URL-shaped strings built from hostile
 parts (percent-escapes valid and not, IDN and invalid labels, IPv4/IPv6/IPvFuture literals,
@@ -17,7 +17,7 @@ import httpx
 import pytest
 from hypothesis import strategies as st
 
-from models.urls import (
+from models.discovery.urls import (
     InvalidURLError,
     canonical,
     normalize,

@@ -16,10 +16,10 @@ import tracemalloc
 
 import pytest
 
-from models.urls import normalize, url_id
-from tasks.cycle import default_record_hasher
-from tasks.fetch import fetch_batch_sync
-from tasks.fetch_settings import FetchSettings
+from models.discovery.urls import normalize, url_id
+from tasks.cycle.work import default_record_hasher
+from tasks.fetch.engine import fetch_batch_sync
+from tasks.fetch.settings import FetchSettings
 from tests.reliability.hostile import servers as hs
 from tests.reliability.hostile.figures import HOSTILE, MEMORY_PEAK
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-import tasks.fetch
-from models.urls import normalize, url_id
-from tasks.fetch import fetch_batch
-from tasks.fetch_settings import FetchSettings
+import tasks.fetch.engine
+from models.discovery.urls import normalize, url_id
+from tasks.fetch.engine import fetch_batch
+from tasks.fetch.settings import FetchSettings
 from tests.reliability.hostile import servers as hs
 from tests.reliability.hostile.test_hostile_fetch import hostile_settings, run_bounded
 
@@ -175,7 +175,7 @@ def fetch_with(transport: httpx.AsyncBaseTransport, settings: FetchSettings, mon
     def client(_: FetchSettings) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=transport, follow_redirects=False)
 
-    monkeypatch.setattr(tasks.fetch, "make_client", client)
+    monkeypatch.setattr(tasks.fetch.engine, "make_client", client)
     box: dict[str, object] = {}
 
     def target() -> None:
@@ -236,7 +236,7 @@ def test_cancelling_the_batch_still_cancels_it(monkeypatch):
             raise AssertionError("not reached")
 
     monkeypatch.setattr(
-        tasks.fetch, "make_client", lambda _: httpx.AsyncClient(transport=HangingPages())
+        tasks.fetch.engine, "make_client", lambda _: httpx.AsyncClient(transport=HangingPages())
     )
 
     async def scenario() -> tuple[str, int, int]:
@@ -326,7 +326,7 @@ def test_a_far_future_retry_after_of_the_scraping_api_is_not_waited_for_either(m
 
     settings = hostile_settings(mode="api", api_url="http://api.test")
     monkeypatch.setattr(
-        tasks.fetch, "make_client", lambda _: httpx.AsyncClient(transport=PlanLimited())
+        tasks.fetch.engine, "make_client", lambda _: httpx.AsyncClient(transport=PlanLimited())
     )
     box: dict[str, object] = {}
     url = "http://a.test/page"

@@ -16,7 +16,12 @@ import tracemalloc
 
 import pytest
 
-from tasks.sitemaps import SitemapReader, SitemapSettings, SitemapSource, make_sitemap_client
+from tasks.discovery.sitemaps import (
+    SitemapReader,
+    SitemapSettings,
+    SitemapSource,
+    make_sitemap_client,
+)
 from tests.reliability.hostile import servers as hs
 from tests.reliability.hostile.figures import HOSTILE, MEMORY_PEAK
 
@@ -118,7 +123,7 @@ def test_gunzip_inflates_large_members_in_steps_and_keeps_every_byte():
     across members and whatever the chunking of the compressed stream."""
     import gzip
 
-    from models.sitemap import BoundedGunzip
+    from models.discovery.sitemap import BoundedGunzip
 
     text = b"<url><loc>https://example.org/p/1</loc></url>" * 60_000 + b"a" * 3_000_000
     data = gzip.compress(text) + gzip.compress(b"tail") + gzip.compress(b"b" * 2_500_000)

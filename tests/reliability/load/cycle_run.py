@@ -1,15 +1,15 @@
 """A recrawl cycle's fetch without Prefect: catalog, plan, split, host batches, commit.
 
-The same calls the ``recrawl`` flow makes (``tasks.cycle.split_plan``, ``run_host_batch``
+The same calls the ``recrawl`` flow makes (``tasks.cycle.work.split_plan``, ``run_host_batch``
 per batch, ``commit_cycle``), with the flow's thread pool replaced by a plain
 ``ThreadPoolExecutor`` so a load run measures the engine and the cycle's batching, not
 Prefect's task bookkeeping. As in the flow, ``parallel`` batches fetch at full speed
-(``tasks.batch_slots.ActiveBatches``) and up to five times as many more in their tail.
+(``tasks.fetch.batch_slots.ActiveBatches``) and up to five times as many more in their tail.
 Each batch holds at most ``max_urls`` URLs of at most ``max_hosts`` hosts, so what a cycle
 keeps in memory at once is bounded by threads x ``max_urls`` whatever its size;
 ``RssSampler`` shows whether it is.
 
-Record hashes are BLAKE2b of the raw body (``tasks.fetch_rows.record_hash``, the engine's
+Record hashes are BLAKE2b of the raw body (``tasks.fetch.rows.record_hash``, the engine's
 default) rather than the cycle's extraction, which would make the run measure HTML parsing.
 """
 
@@ -29,11 +29,9 @@ from urllib.parse import urlsplit
 import pandas as pd
 import pyarrow.parquet as pq
 
-from models.urls import normalize, url_id
+from models.discovery.urls import normalize, url_id
 from sandbox import SANDBOX_NETWORKS
-from tasks.batch_slots import ACTIVE_BATCHES, BATCH_THREADS, ActiveBatches
-from tasks.catalog import CatalogStore
-from tasks.cycle import (
+from tasks.cycle.work import (
     BatchSpec,
     commit_cycle,
     fixed_clock,
@@ -42,8 +40,10 @@ from tasks.cycle import (
     split_plan,
     work_dir,
 )
-from tasks.fetch_rows import record_hash
-from tasks.fetch_settings import FetchSettings
+from tasks.fetch.batch_slots import ACTIVE_BATCHES, BATCH_THREADS, ActiveBatches
+from tasks.fetch.rows import record_hash
+from tasks.fetch.settings import FetchSettings
+from tasks.store.catalog import CatalogStore
 
 CYCLE_AT = datetime(2026, 1, 1, tzinfo=UTC)
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")

@@ -60,7 +60,7 @@ def fault_plan(hosts: int, share: float = 0.1, layout: str = "spread") -> dict[i
     """Host index -> failure kind for ``share`` of ``hosts``.
 
     ``spread``: every ``1/share``-th host. ``grouped``: the last ``share`` of the hosts in
-    the order ``tasks.cycle.split_plan`` packs them (by ``"address:port"`` as text).
+    the order ``tasks.cycle.work.split_plan`` packs them (by ``"address:port"`` as text).
     """
     if not 0.0 < share <= 1.0:
         raise ValueError(f"share of failing hosts must be within (0, 1], got {share}")

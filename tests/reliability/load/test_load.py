@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from sandbox.server import serve_in_thread
-from tasks.fetch import fetch_batch_sync
+from tasks.fetch.engine import fetch_batch_sync
 from tests.reliability.load.cycle_run import fetch_cycle, loopback_settings, prepare_cycle
 from tests.reliability.load.faulty_sandbox import (
     FAULT_KINDS,

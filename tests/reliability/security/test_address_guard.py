@@ -13,14 +13,19 @@ import logging
 
 import pytest
 
-from models.urls import normalize, url_id
+from models.discovery.urls import normalize, url_id
 from sandbox import SANDBOX_NETWORKS, ScrapingApi
-from tasks.fetch import fetch_batch_sync
-from tasks.fetch_settings import FetchSettings
-from tasks.sitemaps import SitemapReader, SitemapSettings, SitemapSource, make_sitemap_client
-from tests.fetch.conftest import sandbox
+from tasks.discovery.sitemaps import (
+    SitemapReader,
+    SitemapSettings,
+    SitemapSource,
+    make_sitemap_client,
+)
+from tasks.fetch.engine import fetch_batch_sync
+from tasks.fetch.settings import FetchSettings
 from tests.reliability.hostile.figures import REFUSED
 from tests.reliability.security.loopback import page, same_port, serve
+from tests.tasks.fetch.conftest import sandbox
 
 pytestmark = pytest.mark.reliability
 

@@ -1,4 +1,4 @@
-"""The address policy as pure classification (models.net_policy) and its settings (issue 8)."""
+"""The address policy as pure classification (models.fetching.net_policy), its settings."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from ipaddress import ip_address
 
 import pytest
 
-from models.net_policy import AddressPolicy, classify, embedded_ipv4, parse_address
-from tasks.fetch_settings import FetchSettings
-from tasks.sitemaps import SitemapSettings
+from models.fetching.net_policy import AddressPolicy, classify, embedded_ipv4, parse_address
+from tasks.discovery.sitemaps import SitemapSettings
+from tasks.fetch.settings import FetchSettings
 
 pytestmark = pytest.mark.reliability
 

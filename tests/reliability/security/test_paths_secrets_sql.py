@@ -28,17 +28,17 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from models.urls import normalize, url_id
+from models.discovery.urls import normalize, url_id
 from sandbox import SANDBOX_NETWORKS, ScrapingApi
-from tasks.catalog import CatalogStore
-from tasks.fetch import FetchRequest, fetch_batch_sync
-from tasks.fetch_settings import FetchSettings
-from tasks.history import HistoryStore
-from tasks.reports import report_dir
-from tasks.warc import WarcWriter
-from tasks.warc_read import read_warc_record
-from tests.fetch.conftest import sandbox
+from tasks.archive.read import read_warc_record
+from tasks.archive.warc import WarcWriter
+from tasks.fetch.engine import FetchRequest, fetch_batch_sync
+from tasks.fetch.settings import FetchSettings
+from tasks.reports.cycle_report import report_dir
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import HistoryStore
 from tests.reliability.security.loopback import page, serve
+from tests.tasks.fetch.conftest import sandbox
 
 pytestmark = pytest.mark.reliability
 
@@ -219,7 +219,7 @@ def test_secrets_are_refused_as_flow_parameters():
 #: SQL text built from variables, each reviewed: the variables are constants of the code
 #: (operators, schema column names and types), never data.
 REVIEWED_SQL_INTERPOLATIONS = {
-    ("tasks/catalog.py", "relation"),  # NULL::<type> AS <schema column> for missing columns
+    ("tasks/store/catalog.py", "relation"),  # NULL::<type> AS <schema column> for missing columns
 }
 _SQL_METHODS = {"sql", "execute", "query", "filter", "project", "aggregate", "order"}
 

@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from tasks.history import HistoryStore
-from tasks.warc import (
+from tasks.archive.read import iter_records, payload_ref, read_record, read_warc_record, verify_file
+from tasks.archive.warc import (
     PROFILE_IDENTICAL,
     PROFILE_NOT_MODIFIED,
     WarcError,
@@ -30,7 +30,7 @@ from tasks.warc import (
     payload_digest,
     remove_stale_temp_files,
 )
-from tasks.warc_read import iter_records, payload_ref, read_record, read_warc_record, verify_file
+from tasks.store.history import HistoryStore
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 BINARY = bytes(range(256)) * 40 + b"\r\n\r\nWARC/1.1\r\n"  # bytes that look like framing
@@ -342,8 +342,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 import httpx
 import pandas as pd
-from tasks.history import HistoryStore
-from tasks.warc import WarcSettings, WarcWriter
+from tasks.store.history import HistoryStore
+from tasks.archive.warc import WarcSettings, WarcWriter
 
 root = sys.argv[1]
 settings = WarcSettings(max_file_bytes=256 * 1024)
@@ -374,7 +374,7 @@ cycle(1, 10**7)  # killed while writing
 
 
 def test_a_killed_writer_leaves_nothing_the_history_points_to_unreadable(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     proc = subprocess.Popen(
         [sys.executable, "-c", KILLED_WRITER, str(tmp_path)],
         stdout=subprocess.PIPE,
@@ -420,7 +420,7 @@ def test_verify_file_catches_a_cut_off_file_that_warcio_reads_quietly(tmp_path):
 
 def test_httpx_exchanges_with_the_sandbox_read_back_as_received(tmp_path):
     from sandbox import SandboxWeb, SimClock, serve_sandbox
-    from tasks.warc import write_httpx_exchange
+    from tasks.archive.warc import write_httpx_exchange
 
     web = SandboxWeb.generate(hosts=1, pages_per_host=3, seed=2, clock=SimClock(start=T0))
     with serve_sandbox(web, port=0) as running, httpx.Client(trust_env=False) as client:

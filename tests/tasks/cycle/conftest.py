@@ -10,13 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from models.urls import normalize, url_host, url_id
+from models.discovery.urls import normalize, url_host, url_id
 from sandbox import SANDBOX_NETWORKS
-from tasks.catalog import CatalogStore
-from tasks.cycle import commit_cycle, fixed_clock, run_host_batch, split_plan, work_dir
-from tasks.cycle_content import ContentResult, ContentSettings, apply_cycle_content
-from tasks.discovery import DiscoverySettings
-from tasks.fetch_settings import FetchSettings
+from tasks.cycle.content import ContentResult, ContentSettings, apply_cycle_content
+from tasks.cycle.work import commit_cycle, fixed_clock, run_host_batch, split_plan, work_dir
+from tasks.discovery.run import DiscoverySettings
+from tasks.fetch.settings import FetchSettings
+from tasks.store.catalog import CatalogStore
 from tests.http_fixture import Body, FixtureServer, serving
 
 START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """A recrawl cycle in its own process, without Prefect (the crash test kills it).
 
-``python -m tests.cycle.cycle_worker ROOT CYCLE AT BUDGET [--die-at POINT]``: plan (if the
+``python -m tests.tasks.cycle.cycle_worker ROOT CYCLE AT BUDGET [--die-at POINT]``: plan (if the
 cycle has no split yet), fetch every host batch, commit, clean up. ``--die-at`` makes the
 process SIGKILL itself at a point of the commit that random kills rarely hit.
 """
@@ -13,10 +13,10 @@ import signal
 import sys
 from datetime import datetime
 
-from models.planning import Slices
+from models.planning.select import Slices
 from sandbox import SANDBOX_NETWORKS
-from tasks import history
-from tasks.cycle import (
+from tasks.cycle.planning import plan_cycle
+from tasks.cycle.work import (
     commit_cycle,
     cycle_state,
     discard_work,
@@ -25,8 +25,8 @@ from tasks.cycle import (
     run_host_batch,
     split_plan,
 )
-from tasks.fetch_settings import FetchSettings
-from tasks.planning import plan_cycle
+from tasks.fetch.settings import FetchSettings
+from tasks.store import history
 
 SETTINGS = FetchSettings(
     min_delay_s=0.02,

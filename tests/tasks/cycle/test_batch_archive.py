@@ -9,22 +9,22 @@ from urllib.parse import urlsplit
 import pandas as pd
 import pytest
 
-from models.extract import extract
-from models.extract_rules import CssRule, ExtractionRules, UrlPattern
-from models.urls import normalize, url_id
+from models.content.extract import extract
+from models.content.extract_rules import CssRule, ExtractionRules, UrlPattern
+from models.discovery.urls import normalize, url_id
 from sandbox import SANDBOX_NETWORKS, HostBehaviour, SandboxWeb, SimClock, serve_sandbox
-from tasks.catalog import CatalogStore
-from tasks.cycle import (
+from tasks.archive.read import read_record, read_warc_record
+from tasks.archive.warc import PROFILE_NOT_MODIFIED
+from tasks.cycle.work import (
     commit_cycle,
     default_record_hasher,
     fixed_clock,
     run_host_batch,
     split_plan,
 )
-from tasks.fetch_settings import FetchSettings
-from tasks.history import HistoryStore
-from tasks.warc import PROFILE_NOT_MODIFIED
-from tasks.warc_read import read_record, read_warc_record
+from tasks.fetch.settings import FetchSettings
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import HistoryStore
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 SETTINGS = FetchSettings(

@@ -19,11 +19,11 @@ import pandas as pd
 import pytest
 
 from sandbox import HostBehaviour, SandboxWeb, SimClock, serve_sandbox
-from tasks.cycle import cycle_state
-from tasks.history import HistoryStore
+from tasks.cycle.work import cycle_state
+from tasks.store.history import HistoryStore
 from tests.flows.conftest import import_catalog
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -31,7 +31,7 @@ def _worker(root, cycle, at, budget, *extra):
     cmd = [
         sys.executable,
         "-m",
-        "tests.cycle.cycle_worker",
+        "tests.tasks.cycle.cycle_worker",
         str(root),
         str(cycle),
         at.isoformat(),

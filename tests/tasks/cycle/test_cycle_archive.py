@@ -9,19 +9,19 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-import tasks.cycle
-from models.urls import url_id
-from tasks.cycle import (
+import tasks.cycle.work
+from models.discovery.urls import url_id
+from tasks.archive.read import read_record, read_warc_record, verify_file
+from tasks.archive.warc import PROFILE_IDENTICAL, REFERS_TO_LOCATION, WarcSettings
+from tasks.cycle.work import (
     commit_cycle,
     fixed_clock,
     read_batches,
     run_host_batch,
     split_plan,
 )
-from tasks.history import HistoryStore
-from tasks.warc import PROFILE_IDENTICAL, REFERS_TO_LOCATION, WarcSettings
-from tasks.warc_read import read_record, read_warc_record, verify_file
-from tests.cycle.conftest import SETTINGS, START, add_to_catalog, run_cycle, write_plan
+from tasks.store.history import HistoryStore
+from tests.tasks.cycle.conftest import SETTINGS, START, add_to_catalog, run_cycle, write_plan
 
 DAY = timedelta(days=1)
 
@@ -100,12 +100,12 @@ def test_a_crashed_batch_runs_files_are_deleted_at_commit(page_server, tmp_path,
     folder = tmp_path / "warc" / "cycle=0"
 
     # the run publishes its WARC file, then dies before its part is written
-    real_write_part = tasks.cycle._write_part
+    real_write_part = tasks.cycle.work._write_part
 
     def die(*args, **kwargs):
         raise KeyboardInterrupt("killed between the WARC file and the part")
 
-    monkeypatch.setattr(tasks.cycle, "_write_part", die)
+    monkeypatch.setattr(tasks.cycle.work, "_write_part", die)
     with pytest.raises(KeyboardInterrupt):
         run_host_batch(tmp_path, 0, batch, settings=SETTINGS, clock=fixed_clock(START))
     crashed = sorted(p.name for p in folder.glob("*.warc.gz"))
@@ -114,7 +114,7 @@ def test_a_crashed_batch_runs_files_are_deleted_at_commit(page_server, tmp_path,
     stray = folder / f".{crashed[0].replace('-00000.', '-00001.')}.tmp"
     stray.write_bytes(b"\x1f\x8b half a record")
 
-    monkeypatch.setattr(tasks.cycle, "_write_part", real_write_part)
+    monkeypatch.setattr(tasks.cycle.work, "_write_part", real_write_part)
     run_host_batch(tmp_path, 0, batch, settings=SETTINGS, clock=fixed_clock(START))
     commit = commit_cycle(tmp_path, 0, clock=fixed_clock(START))
 
@@ -131,15 +131,15 @@ def test_a_failed_batch_leaves_no_warc_file(page_server, tmp_path, monkeypatch):
     for k in range(3):
         page_server.html(f"/q{k}", f"<main><p>page {k}</p></main>")
     batch = _split(tmp_path, page_server, [f"/q{k}" for k in range(3)])
-    real_fetch = tasks.cycle.fetch_batch
+    real_fetch = tasks.cycle.work.fetch_batch
 
     async def fetch_then_fail(requests, **kwargs):
         await real_fetch(requests, **kwargs)
         raise ConnectionError("simulated crash of the fetch engine")
 
-    monkeypatch.setattr(tasks.cycle, "fetch_batch", fetch_then_fail)
+    monkeypatch.setattr(tasks.cycle.work, "fetch_batch", fetch_then_fail)
     tiny = WarcSettings(max_file_bytes=1024)  # every exchange fills a file: published at once
-    with pytest.raises(tasks.cycle.BatchFailedError):
+    with pytest.raises(tasks.cycle.work.BatchFailedError):
         run_host_batch(tmp_path, 0, batch, settings=SETTINGS, clock=fixed_clock(START), warc=tiny)
     published = list((tmp_path / "warc" / "cycle=0").glob("*.warc.gz"))
     assert len(published) == 3

@@ -1,5 +1,5 @@
 """What a cycle learns from its pages: links become candidates, canonicals are honoured,
-near-duplicates are reported and down-ranked (``tasks.cycle_content`` after the commit)."""
+near-duplicates are reported and down-ranked (``tasks.cycle.content`` after the commit)."""
 
 from __future__ import annotations
 
@@ -9,23 +9,23 @@ from datetime import timedelta
 import pandas as pd
 import pytest
 
-from models.discovery import NEAR_DUPLICATE_VALUE
-from models.planning import Slices
-from models.urls import normalize, url_id
+from models.discovery.admission import NEAR_DUPLICATE_VALUE
+from models.discovery.urls import normalize, url_id
+from models.planning.select import Slices
 from sandbox import HostBehaviour, SandboxWeb, SimClock, serve_sandbox
-from tasks.catalog import CatalogStore
-from tasks.cycle import work_dir
-from tasks.cycle_content import (
+from tasks.cycle.content import (
     ContentSettings,
     apply_cycle_content,
     content_pending,
     read_near_duplicate_report,
 )
-from tasks.discovery import DiscoverySettings
-from tasks.history import HistoryStore
-from tasks.planning import plan_cycle
-from tasks.reports import near_duplicate_section
-from tests.cycle.conftest import CONTENT, START, add_to_catalog, run_cycle, write_plan
+from tasks.cycle.planning import plan_cycle
+from tasks.cycle.work import work_dir
+from tasks.discovery.run import DiscoverySettings
+from tasks.reports.cycle_report import near_duplicate_section
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import HistoryStore
+from tests.tasks.cycle.conftest import CONTENT, START, add_to_catalog, run_cycle, write_plan
 
 DAY = timedelta(days=1)
 ONLY_DUE = Slices(discovery=0.0, reestimation=0.0, verification=0.0)

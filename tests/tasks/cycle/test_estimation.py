@@ -3,10 +3,10 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from models.synthetic import generate_history, generate_web
-from tasks.catalog import CatalogStore
-from tasks.estimation import load_rate_estimates
-from tasks.history import HistoryStore
+from models.estimation.synthetic import generate_history, generate_web
+from tasks.cycle.estimation import load_rate_estimates
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import HistoryStore
 
 
 def stored_cycles(tables: list[pa.Table], cycle_id: int) -> pa.Table:
@@ -68,7 +68,7 @@ def test_page_observed_once_gets_its_group_prior(tmp_path):
         store.write_cycle(cycle_id, table, link=False)
     newcomer = pd.DataFrame({"url": ["http://h0.sandbox.test/new"], "host": ["h0.sandbox.test"]})
     CatalogStore(tmp_path).upsert(newcomer)
-    from models.urls import url_id
+    from models.discovery.urls import url_id
 
     new_id = url_id("http://h0.sandbox.test/new")
     store.write_cycle(

@@ -8,8 +8,8 @@ from email.utils import format_datetime
 import numpy as np
 import pandas as pd
 
-from tasks.estimation import load_rate_estimates
-from tasks.history import HistoryStore
+from tasks.cycle.estimation import load_rate_estimates
+from tasks.store.history import HistoryStore
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 HOSTS = ("honest.test", "now.test", "garbled.test", "silent.test")

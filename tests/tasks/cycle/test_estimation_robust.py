@@ -20,13 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tasks.estimation as estimation
-from models.change_rate import FALLBACKS, MAX_AGED_RATE, MIN_RATE
-from models.prior_names import PRIOR_NAMES
-from tasks.catalog import CatalogStore
-from tasks.estimation import load_rate_estimates
-from tasks.history import HistoryStore
-from tasks.reports import summary_markdown
+import tasks.cycle.estimation as estimation
+from models.estimation.change_rate import FALLBACKS, MAX_AGED_RATE, MIN_RATE
+from models.estimation.prior_names import PRIOR_NAMES
+from tasks.cycle.estimation import load_rate_estimates
+from tasks.reports.cycle_report import summary_markdown
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import HistoryStore
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -84,14 +84,14 @@ def test_a_catalog_of_stale_pages_is_estimated_after_its_first_cycle(tmp_path, p
 def test_a_prior_that_cannot_be_fitted_falls_back_and_says_so(tmp_path, monkeypatch, caplog):
     """A mixture fit that fails: the empirical prior stands in, the frame, the log (once)
     and the cycle report's line name it."""
-    import models.mixture_prior as mixture
+    import models.estimation.mixture_prior as mixture
 
     def broken(*args, **kwargs):
         raise FloatingPointError("no level distribution")
 
     monkeypatch.setattr(mixture, "fit_mixture_prior", broken)
     stale_first_cycle(tmp_path, 400)
-    with caplog.at_level(logging.WARNING, logger="models.change_rate"):
+    with caplog.at_level(logging.WARNING, logger="models.estimation.change_rate"):
         frame = load_rate_estimates(tmp_path, prior="mixture")
     assert_sound(frame, "mixture")
     assert frame.attrs["prior_used"] == "empirical"
@@ -105,7 +105,7 @@ def test_a_prior_that_cannot_be_fitted_falls_back_and_says_so(tmp_path, monkeypa
 
 
 def summary_markdown_of(prior: str) -> str:
-    from tasks.reports import CycleNumbers
+    from tasks.reports.cycle_report import CycleNumbers
 
     fields = {f: 0 for f in CycleNumbers.__dataclass_fields__}
     fields.update(cycle_id=1, at="", spent_by_slice={}, realized_freshness=float("nan"))

@@ -5,8 +5,8 @@ from datetime import UTC, datetime
 import pandas as pd
 import pytest
 
-from tasks.catalog import CatalogStore
-from tasks.planning import plan_cycle
+from tasks.cycle.planning import plan_cycle
+from tasks.store.catalog import CatalogStore
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 

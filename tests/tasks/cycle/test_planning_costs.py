@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.planning import PlanningInputError
-from models.urls import url_id
-from tasks.catalog import CatalogStore
-from tasks.history import HistoryStore
-from tasks.planning import plan_cycle
+from models.discovery.urls import url_id
+from models.planning.select import PlanningInputError
+from tasks.cycle.planning import plan_cycle
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import HistoryStore
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 LATER = START + timedelta(days=14)  # every page is due again

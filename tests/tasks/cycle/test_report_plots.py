@@ -11,8 +11,8 @@ import re
 import numpy as np
 import pandas as pd
 
-import tasks.reports
-from tasks.reports import (
+import tasks.reports.cycle_report
+from tasks.reports.cycle_report import (
     EMBEDDED_PLOTS_MAX_BYTES,
     embed_plots,
     hosts_under_pressure,
@@ -70,7 +70,7 @@ def test_a_plot_past_the_budget_keeps_its_path_instead(tmp_path, monkeypatch):
     plots, markdown = _summary(tmp_path)
     first, *rest = plots
     room = len(base64.b64encode(plots[first].read_bytes())) + 10
-    monkeypatch.setattr(tasks.reports, "EMBEDDED_PLOTS_MAX_BYTES", room)
+    monkeypatch.setattr(tasks.reports.cycle_report, "EMBEDDED_PLOTS_MAX_BYTES", room)
     embedded = embed_plots(markdown, plots)
     images = dict(_IMAGE.findall(embedded))
     assert list(images) == [first] and images[first].startswith("data:image/png;base64,")

@@ -1,4 +1,9 @@
-from tasks.reports import cycle_numbers, hosts_under_pressure, record_cycle, summary_markdown
+from tasks.reports.cycle_report import (
+    cycle_numbers,
+    hosts_under_pressure,
+    record_cycle,
+    summary_markdown,
+)
 from tests.cycle_numbers import sample_numbers
 
 
@@ -60,7 +65,7 @@ def test_refused_addresses_are_not_counted_as_requests_sent(tmp_path):
 
     import pandas as pd
 
-    from tasks.history import HistoryStore
+    from tasks.store.history import HistoryStore
 
     at = datetime(2026, 3, 1, tzinfo=UTC)
     rows = pd.DataFrame(

@@ -9,10 +9,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from models.urls import normalize, url_id
-from tasks.catalog import CatalogStore
-from tasks.cycle import CycleInputError, _assign_batches, read_batches, split_plan
-from tasks.history import HistoryStore
+from models.discovery.urls import normalize, url_id
+from tasks.cycle.work import CycleInputError, _assign_batches, read_batches, split_plan
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import HistoryStore
 
 
 def test_small_hosts_are_packed_and_large_ones_sliced_in_a_chain():

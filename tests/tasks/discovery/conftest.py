@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from models.discovery import HostCaps
+from models.discovery.admission import HostCaps
 from sandbox import SANDBOX_NETWORKS
-from tasks.discovery import DiscoverySettings
-from tasks.sitemaps import SitemapSettings
+from tasks.discovery.run import DiscoverySettings
+from tasks.discovery.sitemaps import SitemapSettings
 from tests.http_fixture import FixtureServer, serving
 
 #: Fast, still polite-looking settings for loopback tests.

@@ -7,9 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from models.urls import url_id
-from tasks.catalog import CatalogInputError, CatalogStore
-from tests.tasks.legacy_store import strip_digests
+from models.discovery.urls import url_id
+from tasks.store.catalog import CatalogInputError, CatalogStore
+from tests.tasks.store.legacy_store import strip_digests
 
 T1 = pd.Timestamp("2026-01-01", tz="UTC")
 T2 = pd.Timestamp("2026-02-01", tz="UTC")

@@ -1,5 +1,5 @@
 """A sitemap's changefreq as a prior: a new page is estimated like the pages its site
-declares alike, as they were observed to change (``tasks.estimation`` groups by it)."""
+declares alike, as they were observed to change (``tasks.cycle.estimation`` groups by it)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
-from models.urls import url_id
-from tasks.catalog import CatalogStore
-from tasks.estimation import load_rate_estimates
-from tasks.history import HistoryStore
+from models.discovery.urls import url_id
+from tasks.cycle.estimation import load_rate_estimates
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import HistoryStore
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 HOST = "shop.example"

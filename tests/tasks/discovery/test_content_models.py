@@ -6,9 +6,9 @@ import numpy as np
 from scipy.sparse import coo_array
 from scipy.sparse.csgraph import connected_components
 
-from models.discovery import cluster_keepers, honoured_canonicals
-from models.links import page_links
-from models.simhash import hamming_many, near_duplicate_clusters
+from models.content.simhash import hamming_many, near_duplicate_clusters
+from models.discovery.admission import cluster_keepers, honoured_canonicals
+from models.discovery.links import page_links
 
 
 def test_page_links_reads_the_head_canonical_against_the_base_in_one_parse():

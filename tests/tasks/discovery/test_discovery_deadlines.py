@@ -20,8 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from flows.cli import main
-from tasks.discovery import DiscoveryReport, discover_sync
-from tests.discovery.conftest import FAST, START
+from tasks.discovery.run import DiscoveryReport, discover_sync
+from tests.tasks.discovery.conftest import FAST, START
 
 HANG_GUARD_S = 60.0  # far above every deadline below; only a hung run reaches it
 NS = "http://www.sitemaps.org/schemas/sitemap/0.9"

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from flows.cli import main
-from models.discovery import HostCaps
+from models.discovery.admission import HostCaps
 from sandbox import HostBehaviour, SandboxWeb, SimClock, serve_sandbox
-from tasks.catalog import CatalogStore
-from tasks.discovery import DiscoverySettings, add_links, discover_sync
-from tests.discovery.conftest import FAST, START
+from tasks.discovery.run import DiscoverySettings, add_links, discover_sync
+from tasks.store.catalog import CatalogStore
+from tests.tasks.discovery.conftest import FAST, START
 
 PAGES = [30, 2_500, 12, 40]  # host 1 has an index of three gzip sitemaps
 

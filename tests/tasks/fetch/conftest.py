@@ -7,8 +7,8 @@ from contextlib import contextmanager
 import pytest
 
 from sandbox import SANDBOX_NETWORKS, HostBehaviour, SandboxWeb, SimClock, serve_sandbox
-from tasks.fetch import EngineState, fetch_batch_sync
-from tasks.fetch_settings import FetchSettings
+from tasks.fetch.engine import EngineState, fetch_batch_sync
+from tasks.fetch.settings import FetchSettings
 
 _ARTICLE = re.compile(rb"<article.*?</article>", re.S)
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tasks.batch_slots import ActiveBatches
+from tasks.fetch.batch_slots import ActiveBatches
 
 
 def test_a_place_given_back_early_is_not_given_back_again():

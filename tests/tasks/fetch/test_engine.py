@@ -9,14 +9,14 @@ import pytest
 
 from models.schemas import HISTORY_SCHEMA
 from sandbox import HostBehaviour
-from tasks.fetch import EngineState, FetchRequest
-from tasks.history import HistoryStore
-from tests.fetch.conftest import by_host, quick_settings, run, sandbox
+from tasks.fetch.engine import EngineState, FetchRequest
+from tasks.store.history import HistoryStore
+from tests.tasks.fetch.conftest import by_host, quick_settings, run, sandbox
 
 
 def outcomes_of(result, urls):
     rows = {r["url_id"]: r for r in result.rows.to_pylist()}
-    from models.urls import normalize, url_id
+    from models.discovery.urls import normalize, url_id
 
     return [rows[url_id(normalize(u))]["outcome"] for u in urls]
 

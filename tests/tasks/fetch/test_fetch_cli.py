@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 
 from flows.cli import main
 from models.schemas import HISTORY_SCHEMA
-from tests.fetch.conftest import sandbox
+from tests.tasks.fetch.conftest import sandbox
 
 
 def test_recrawl_fetch_writes_rows_and_prints_outcomes(tmp_path, capsys, monkeypatch):

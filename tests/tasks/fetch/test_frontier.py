@@ -4,9 +4,9 @@ import random
 
 import pytest
 
-from models.batch_frontier import BatchFrontier, PlanGate, WorkItem
-from models.host_state import HostState, Signal
-from models.politeness import AimdLimit, PacingPolicy, ThrottleBackoff
+from models.fetching.frontier import BatchFrontier, PlanGate, WorkItem
+from models.fetching.host_state import HostState, Signal
+from models.fetching.politeness import AimdLimit, PacingPolicy, ThrottleBackoff
 
 
 def make_frontier(*, ceiling=1.0, deadline=None, plan=None, max_host_queue=1000, max_urls=10_000):

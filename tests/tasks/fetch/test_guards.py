@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from tasks.response_guard import (
+from tasks.fetch.response_guard import (
     BodyLimitError,
     BoundedDecoder,
     check_content_type,

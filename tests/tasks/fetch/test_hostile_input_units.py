@@ -12,9 +12,8 @@ import httpx
 import pandas as pd
 import pytest
 
-from models.discovery import TrapLimits
-from models.politeness import parse_retry_after
-from models.urls import (
+from models.discovery.admission import TrapLimits
+from models.discovery.urls import (
     MAX_URL_LENGTH,
     InvalidURLError,
     normalize,
@@ -22,10 +21,11 @@ from models.urls import (
     url_host,
     url_trap_reason,
 )
-from tasks.catalog import VALUE_COST_BOUNDS, CatalogInputError, CatalogStore
-from tasks.http_attempt import BodyLimits, PageLimits, Route, fetch_page
-from tasks.response_guard import BodyLimitError, BoundedDecoder
-from tasks.transport_errors import classify_failure
+from models.fetching.politeness import parse_retry_after
+from tasks.fetch.attempt import BodyLimits, PageLimits, Route, fetch_page
+from tasks.fetch.response_guard import BodyLimitError, BoundedDecoder
+from tasks.fetch.transport_errors import classify_failure
+from tasks.store.catalog import VALUE_COST_BOUNDS, CatalogInputError, CatalogStore
 
 PASSWORD = "s3cr3t-PW"
 
@@ -260,9 +260,9 @@ def test_the_raw_bytes_of_a_multi_member_body_are_counted_exactly(chunk):
 
 
 def test_discovered_urls_with_userinfo_are_the_plain_page_and_never_show_the_password():
-    from models.discovery import Candidate, screen_candidates
-    from models.links import links_from_html
-    from models.seen import ExactSeenSet
+    from models.discovery.admission import Candidate, screen_candidates
+    from models.discovery.links import links_from_html
+    from models.discovery.seen import ExactSeenSet
 
     html = f'<a href="http://u:{PASSWORD}@b.test/x">x</a><a href="/y">y</a>'.encode()
     links = links_from_html(f"http://u:{PASSWORD}@a.test/page", html, "text/html")

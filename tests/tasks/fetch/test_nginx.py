@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from tasks.fetch import EngineState, FetchRequest
-from tasks.fetch_rows import record_hash
-from tests.fetch.conftest import quick_settings, run
+from tasks.fetch.engine import EngineState, FetchRequest
+from tasks.fetch.rows import record_hash
+from tests.tasks.fetch.conftest import quick_settings, run
 
 NGINX = shutil.which("nginx") or next(
     (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.path.exists(p)), None

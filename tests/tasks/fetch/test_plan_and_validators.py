@@ -3,8 +3,8 @@
 from datetime import timedelta
 
 from sandbox import HostBehaviour, ScrapingApi, SimClock
-from tasks.fetch import EngineState, FetchRequest
-from tests.fetch.conftest import article_hash, by_host, quick_settings, run, sandbox
+from tasks.fetch.engine import EngineState, FetchRequest
+from tests.tasks.fetch.conftest import article_hash, by_host, quick_settings, run, sandbox
 
 
 def test_plan_level_429_slows_the_api_lane_but_no_host():

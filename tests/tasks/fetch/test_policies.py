@@ -5,8 +5,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from models.host_state import HostState, Signal
-from models.politeness import (
+from models.fetching.host_state import HostState, Signal
+from models.fetching.politeness import (
     AimdLimit,
     PacingPolicy,
     RetryPolicy,

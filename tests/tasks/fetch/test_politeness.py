@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from sandbox import HostBehaviour
-from tests.fetch.conftest import by_host, quick_settings, run, sandbox
+from tests.tasks.fetch.conftest import by_host, quick_settings, run, sandbox
 
 TOLERANCE_S = 0.003  # both sides read the same monotonic clock; allow scheduling noise
 

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from models.robots_policy import (
+from models.fetching.robots_policy import (
     ROBOTS_MAX_BYTES,
     RobotsCachePolicy,
     RobotsVerdict,
@@ -13,14 +13,14 @@ from models.robots_policy import (
     robots_text,
     verdict_for_status,
 )
-from models.validators import (
+from models.fetching.validators import (
     ValidatorEvidence,
     ValidatorPolicy,
     ValidatorTrust,
     conditional_headers,
     judge_validators,
 )
-from tasks.robots import RobotsCache, RobotsFetch, interpret_robots
+from tasks.fetch.robots import RobotsCache, RobotsFetch, interpret_robots
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

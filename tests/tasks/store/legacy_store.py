@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tasks.history import DIGEST, MANIFEST, MANIFEST_DIGEST, sidecar_path
+from tasks.store.history import DIGEST, MANIFEST, MANIFEST_DIGEST, sidecar_path
 
 
 def strip_digests(root: Path) -> None:

@@ -1,6 +1,6 @@
 """The Last-Modified ages as estimation computed them before they were kept at commit.
 
-``tasks/estimation.py`` used to scan and window-sort the whole history at every estimate
+``tasks/cycle/estimation.py`` used to scan and window-sort the whole history at every estimate
 (``_LAST_MODIFIED_ROWS`` below, verbatim) and judge every observation. It is kept here,
 for tests only, as the reference the commit-time sums must reproduce: ``scan_ages`` gives
 what that scan gave, ``reference_inputs`` what ``read_estimation_inputs`` returned.
@@ -14,12 +14,12 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from models.change_rate import PageMoments
-from models.rate_data import PageAges, moments_with_last_modified
-from models.validators import LM_CODES, judge_last_modified
-from tasks.catalog import CatalogStore
-from tasks.estimation import EstimationInputs
-from tasks.history import HistoryStore, connect
+from models.estimation.change_rate import PageMoments
+from models.estimation.rate_data import PageAges, moments_with_last_modified
+from models.fetching.validators import LM_CODES, judge_last_modified
+from tasks.cycle.estimation import EstimationInputs
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import HistoryStore, connect
 
 _LAST_MODIFIED_ROWS = """
 WITH obs AS (
@@ -56,7 +56,7 @@ WHERE l.lm IS NOT NULL OR l.prev_lm IS NOT NULL
 def last_modified_ages(
     con: duckdb.DuckDBPyConnection, page_ids: np.ndarray, n_hosts: int
 ) -> tuple[PageAges, np.ndarray]:
-    """The old ``tasks.estimation.last_modified_ages``: per page (of ``page_ids``) the
+    """The old ``tasks.cycle.estimation.last_modified_ages``: per page (of ``page_ids``) the
     ages, per host (``host_names`` codes) the evidence, from the registered ``history``."""
     ages = PageAges.zeros(page_ids.shape[0])
     evidence = np.zeros((n_hosts, LM_CODES), dtype=np.int64)

@@ -3,10 +3,10 @@
 import pandas as pd
 import pytest
 
-from models.urls import normalize, url_host
-from tasks.catalog import CatalogInputError, CatalogStore
-from tasks.fetch import fetch_batch_sync
-from tasks.fetch_settings import FetchSettings
+from models.discovery.urls import normalize, url_host
+from tasks.fetch.engine import fetch_batch_sync
+from tasks.fetch.settings import FetchSettings
+from tasks.store.catalog import CatalogInputError, CatalogStore
 
 
 def test_an_imported_page_keeps_its_port_in_the_host_as_discovery_does(tmp_path):

@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 
 from flows.cli import main
-from models.urls import url_id
-from tasks import frames
-from tasks.catalog import CatalogStore, StoreMissingError
-from tasks.estimation import load_rate_estimates
-from tasks.history import HistoryStore
-from tasks.planning import plan_cycle
+from models.discovery.urls import url_id
+from tasks.cycle.estimation import load_rate_estimates
+from tasks.cycle.planning import plan_cycle
+from tasks.store import frames
+from tasks.store.catalog import CatalogStore, StoreMissingError
+from tasks.store.history import HistoryStore
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 URLS = [f"http://a.test/p/{i}" for i in range(6)]

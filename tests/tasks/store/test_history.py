@@ -11,8 +11,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from models.synthetic import generate_history, generate_web
-from tasks.history import (
+from models.estimation.synthetic import generate_history, generate_web
+from tasks.store.history import (
     HistoryCorruptError,
     HistoryInputError,
     HistoryStore,
@@ -207,7 +207,7 @@ WRITER = """
 import sys, time
 from datetime import UTC, datetime, timedelta
 import pandas as pd
-from tasks.history import HistoryStore
+from tasks.store.history import HistoryStore
 store = HistoryStore(sys.argv[1])
 start = len(store.cycles())
 for c in range(start, start + 1000):

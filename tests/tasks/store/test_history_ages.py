@@ -6,7 +6,7 @@ though the record does not, dates that stay though it changes, 304s with and wit
 one, and a page whose date comes only on some fetches (its previous date is then older
 than its previous observation). Pages are fetched 0-3 times a cycle, some only once in
 all, exact duplicates are staged, and tiny record batches and buckets make every carried
-state cross a batch boundary. ``tests/tasks/lm_scan_reference.py`` is the old scan.
+state cross a batch boundary. ``tests/tasks/store/lm_scan_reference.py`` is the old scan.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import tasks.history as history
+import tasks.store.history as history
 from models.schemas import LM_EVIDENCE_COLUMNS, PAGE_STATS_FILE_SCHEMA, PAGE_STATS_SCHEMA
-from tasks.catalog import CatalogStore
-from tasks.estimation import read_estimation_inputs
-from tasks.history import HistoryStore
-from tests.tasks.legacy_store import strip_digests
-from tests.tasks.lm_scan_reference import reference_inputs, scan_ages
+from tasks.cycle.estimation import read_estimation_inputs
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import HistoryStore
+from tests.tasks.store.legacy_store import strip_digests
+from tests.tasks.store.lm_scan_reference import reference_inputs, scan_ages
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 HOSTS = ("honest", "now", "absent", "garbled", "volatile", "hidden", "sparse")

@@ -23,15 +23,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import tasks.history as history
+import tasks.store.history as history
 from models.schemas import HISTORY_SCHEMA
-from tasks.history import HistoryInputError, HistoryStore, validate_history_rows
-from tasks.history_link import PART_SHIFT, position_ranges
+from tasks.store.history import HistoryInputError, HistoryStore, validate_history_rows
+from tasks.store.link import PART_SHIFT, position_ranges
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
-#: The link query of the commit before issue 8 (``tasks/history.py`` at d0747de).
+#: The link query of the commit before issue 8 (``tasks/store/history.py`` at d0747de).
 REFERENCE_LINK_SQL = """
 WITH new AS (SELECT * FROM cycle_input),
 obs AS (
@@ -285,8 +285,8 @@ _MEASURE = textwrap.dedent(
     from pathlib import Path
     import pyarrow as pa
     import pyarrow.parquet as pq
-    import tasks.history as history
-    from tasks.history import HistoryStore
+    import tasks.store.history as history
+    from tasks.store.history import HistoryStore
 
     root = Path(sys.argv[1])
     history.COMMIT_BATCH_ROWS = 2048

@@ -13,16 +13,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import tasks.history as history
-from tasks.catalog import CatalogStore
-from tasks.history import (
+import tasks.store.history as history
+from tasks.store.catalog import CatalogStore
+from tasks.store.history import (
     DIGEST,
     MANIFEST,
     HistoryCorruptError,
     HistoryStore,
     sidecar_path,
 )
-from tests.tasks.legacy_store import strip_digests
+from tests.tasks.store.legacy_store import strip_digests
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
