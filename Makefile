@@ -50,7 +50,7 @@ lint: $(STAMP)
 	@$(TIMED) { $(BIN)/ruff format --check . && $(BIN)/ruff check .; }
 
 types: $(STAMP)
-	@$(TIMED) $(BIN)/mypy models sandbox
+	@$(TIMED) $(BIN)/mypy models sandbox tasks flows
 
 # The whole suite (pyproject's addopts leave out the long reliability runs).
 WAITING := tests/reliability

@@ -147,3 +147,37 @@ def test_the_circle_check_finds_a_circle():
     assert find_circle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
     assert find_circle({"p": {"p.x"}, "p.x": {"p.y"}, "p.y": {"p"}}) == ["p", "p.x", "p.y", "p"]
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def wings() -> list[str]:
+    """Every sub-package of models, tasks and flows (a wing)."""
+    return sorted(
+        module_name(init)
+        for package in ("models", "tasks", "flows")
+        for init in (REPO / package).glob("*/__init__.py")
+    )
+
+
+@pytest.mark.parametrize("wing", wings())
+def test_each_wing_names_its_public_face(wing):
+    import importlib
+
+    module = importlib.import_module(wing)
+    assert (module.__doc__ or "").strip(), f"{wing}/__init__.py says what lives there"
+    assert module.__all__, f"{wing} names its public face"
+    for name in module.__all__:
+        assert getattr(module, name) is not None  # each name resolves to its module's object
+
+
+def test_a_wing_module_imports_alone_without_its_wing():
+    # the command line reads the prior names without scipy: the wing's face is lazy
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import models.estimation.prior_names; "
+        "assert 'scipy' not in sys.modules, 'the wing imported its whole face'; "
+        "assert 'models.estimation.change_rate' not in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
