@@ -4,12 +4,12 @@
         [--layout spread|grouped] [--small-hosts 500] [--parallel 4] [--max-hosts 40]
         [--window 60] [--delay-factor 1] [--runs small,healthy,failing]
 
-One sandbox server process (``tests/reliability/load/faulty_sandbox.py``: one loopback
+One sandbox server process (``flows/evaluation/load/faulty_sandbox.py``: one loopback
 address per host, all on one port) where every tenth host throttles (429 or 503 with an
 enforced Retry-After) or fails (TCP resets, 500s, pages slower than the client's timeout),
 and one fresh client process per run, each fetching a cycle through the cycle's own path
 (catalog, plan, ``split_plan``, ``run_host_batch`` for ``parallel`` host batches at a time,
-``commit_cycle``; ``tests/reliability/load/cycle_run.py``). Runs, in one invocation:
+``commit_cycle``; ``flows/evaluation/load/cycle_run.py``). Runs, in one invocation:
 
 - ``healthy``: only the healthy hosts (the baseline);
 - ``failing``: every host, failing ones included (``--hosts`` x ``--pages`` pages);
@@ -55,13 +55,13 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
-from tests.reliability.load.faulty_sandbox import retry_after_by_host  # noqa: E402
-from tests.reliability.load.log_checks import (  # noqa: E402
+from flows.evaluation.load.faulty_sandbox import retry_after_by_host  # noqa: E402
+from flows.evaluation.load.log_checks import (  # noqa: E402
     PacingRules,
     check_politeness,
     throughput,
 )
-from tests.reliability.load.server_process import ServerProcess  # noqa: E402
+from flows.evaluation.load.server_process import ServerProcess  # noqa: E402
 
 RUNS = ("small", "healthy", "failing", "failing-next", "failing-notail")
 SEED = 8  # the fetch settings' seed (jitter, probes)
@@ -72,7 +72,7 @@ SEED = 8  # the fetch settings' seed (jitter, probes)
 
 def client(job_path: Path) -> int:
     """One cycle's fetch of the job's URLs in this fresh process; prints a JSON result."""
-    from tests.reliability.load.cycle_run import fetch_cycle, loopback_settings, prepare_cycle
+    from flows.evaluation.load.cycle_run import fetch_cycle, loopback_settings, prepare_cycle
 
     job = json.loads(job_path.read_text())
     urls = job["urls"]

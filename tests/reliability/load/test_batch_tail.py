@@ -17,17 +17,17 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from sandbox.server import serve_in_thread
-from tasks.cycle.work import BatchOutcome, fixed_clock, read_batch_metrics, run_host_batch
-from tasks.fetch.batch_slots import ActiveBatches
-from tasks.fetch.rows import record_hash
-from tests.reliability.load.cycle_run import CYCLE_AT, loopback_settings, prepare_cycle
-from tests.reliability.load.faulty_sandbox import (
+from flows.evaluation.load.cycle_run import CYCLE_AT, loopback_settings, prepare_cycle
+from flows.evaluation.load.faulty_sandbox import (
     CompactLog,
     FaultScale,
     FaultyServer,
     load_web,
 )
+from sandbox.server import serve_in_thread
+from tasks.cycle.work import BatchOutcome, fixed_clock, read_batch_metrics, run_host_batch
+from tasks.fetch.batch_slots import ActiveBatches
+from tasks.fetch.rows import record_hash
 
 pytestmark = pytest.mark.reliability
 

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.server import serve_in_thread
-from tasks.fetch.engine import fetch_batch_sync
-from tests.reliability.load.cycle_run import fetch_cycle, loopback_settings, prepare_cycle
-from tests.reliability.load.faulty_sandbox import (
+from flows.evaluation.load.cycle_run import fetch_cycle, loopback_settings, prepare_cycle
+from flows.evaluation.load.faulty_sandbox import (
     FAULT_KINDS,
     CompactLog,
     FaultScale,
@@ -25,8 +23,10 @@ from tests.reliability.load.faulty_sandbox import (
     load_web,
     retry_after_by_host,
 )
-from tests.reliability.load.log_checks import PacingRules, check_politeness
-from tests.reliability.load.server_process import ServerProcess
+from flows.evaluation.load.log_checks import PacingRules, check_politeness
+from flows.evaluation.load.server_process import ServerProcess
+from sandbox.server import serve_in_thread
+from tasks.fetch.engine import fetch_batch_sync
 
 pytestmark = pytest.mark.reliability
 

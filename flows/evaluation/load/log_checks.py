@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tests.reliability.load.faulty_sandbox import RESET_STATUS, CompactLog
+from flows.evaluation.load.faulty_sandbox import RESET_STATUS, CompactLog
 
 CLIENT_GONE_STATUS = 499
 

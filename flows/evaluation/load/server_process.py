@@ -1,6 +1,6 @@
 """The faulty sandbox in a process of its own, so the crawler under test gets a core to itself.
 
-``python -m tests.reliability.load.server_process --hosts N --pages P --share S --layout L
+``python -m flows.evaluation.load.server_process --hosts N --pages P --share S --layout L
 --seed K --workdir DIR`` serves the web of ``faulty_sandbox.load_web`` on loopback, writes
 ``DIR/manifest.json`` (port, every host's netloc, the failing hosts) once every page has
 been rendered once, drains its request log into compact rows twice a second, and on SIGUSR1
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.reliability.load.faulty_sandbox import (
+from flows.evaluation.load.faulty_sandbox import (
     CompactLog,
     FaultScale,
     FaultyServer,
@@ -55,7 +55,7 @@ class ServerProcess:
         cmd = [
             sys.executable,
             "-m",
-            "tests.reliability.load.server_process",
+            "flows.evaluation.load.server_process",
             *("--hosts", str(hosts), "--pages", str(pages), "--share", str(share)),
             *("--layout", layout, "--seed", str(seed), "--workdir", str(workdir)),
             *("--scale", json.dumps(self.scale.__dict__)),
