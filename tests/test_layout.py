@@ -181,3 +181,16 @@ def test_a_wing_module_imports_alone_without_its_wing():
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_nothing_outside_tests_imports_tests():
+    # benchmarks and production code share helpers through the wings, never through tests/
+    modules = project_modules()
+    paths = [*modules.values(), *sorted((REPO / "benchmarks").rglob("*.py"))]
+    wrong = []
+    for path in paths:
+        name = module_name(path)
+        for target, line in imports_of(path, name, modules):
+            if target.split(".")[0] == "tests":
+                wrong.append(f"{path.relative_to(REPO)}:{line} imports {target}")
+    assert not wrong, "\n".join(wrong)
