@@ -16,7 +16,7 @@ from models.discovery.urls import InvalidURLError, normalize, url_host, url_id, 
 from models.schemas import CATALOG_REQUIRED, CATALOG_SCHEMA
 from tasks.store.history import HistoryCorruptError, connect, verify_sidecar, write_checked_parquet
 
-DEFAULTS = {"value": 1.0, "cost": 1.0, "source": "seed"}
+DEFAULTS: dict[str, float | str] = {"value": 1.0, "cost": 1.0, "source": "seed"}
 #: Nullable columns a caller may leave out (sitemap signals of discovered pages; what the
 #: recrawl cycle learns of a page: its canonical URL, its near-duplicate cluster).
 OPTIONAL_COLUMNS = ("lastmod", "changefreq", "canonical", "near_duplicate_of")
@@ -119,7 +119,7 @@ class CatalogStore:
         ).to_arrow_table()
         merged = merged.select(CATALOG_SCHEMA.names).cast(CATALOG_SCHEMA)
         write_checked_parquet(merged, self.path)
-        return merged.num_rows
+        return int(merged.num_rows)
 
     def update_sitemap_signals(self, signals: pa.Table) -> int:
         """Set ``lastmod``/``changefreq`` of known pages from a table of (url_id, lastmod,

@@ -84,13 +84,13 @@ def history_with_urls(
 def history(root: str | Path, cycles: int | Iterable[int] | None = None) -> pd.DataFrame:
     """History rows (of ``cycles``, else every cycle) with their ``url``, as a DataFrame
     ordered by cycle and fetch time; columns: ``url``, then ``models.schemas.HISTORY_SCHEMA``'s."""
-    return history_with_urls(connect(), root, cycles).order(HISTORY_ORDER).df()
+    return _frame(history_with_urls(connect(), root, cycles).order(HISTORY_ORDER))
 
 
 def catalog(root: str | Path) -> pd.DataFrame:
     """The page catalog (``models.schemas.CATALOG_SCHEMA``), one row per page, by host."""
     require_store(root)
-    return CatalogStore(root).relation(connect()).order("host, url_id").df()
+    return _frame(CatalogStore(root).relation(connect()).order("host, url_id"))
 
 
 def plan_cycles(root: str | Path) -> list[int]:
@@ -115,8 +115,8 @@ def plan(root: str | Path, cycle: int | None = None, *, name: str | None = None)
     if name is not None:
         path = plan_path(root, cycle or 0, name)
         if not path.exists():
-            have = adhoc_plans(root)
-            known = f"ad hoc plans: {', '.join(have)}" if have else "no ad hoc plans"
+            names = adhoc_plans(root)
+            known = f"ad hoc plans: {', '.join(names)}" if names else "no ad hoc plans"
             raise StoreReadError(f"no ad hoc plan {name!r} under {root} ({known})")
     else:
         have = plan_cycles(root)
@@ -130,11 +130,8 @@ def plan(root: str | Path, cycle: int | None = None, *, name: str | None = None)
             raise StoreReadError(f"no plan for cycle {cycle} under {root} ({known})")
     con = connect()
     rows = con.read_parquet(str(path), file_row_number=True)
-    return (
-        with_urls(con, rows, root)
-        .order("file_row_number")
-        .project("* EXCLUDE (file_row_number)")
-        .df()
+    return _frame(
+        with_urls(con, rows, root).order("file_row_number").project("* EXCLUDE (file_row_number)")
     )
 
 
@@ -145,10 +142,16 @@ def estimates(root: str | Path, **options: Any) -> pd.DataFrame:
     require_store(root)
     frame = load_rate_estimates(root, **options)
     con = connect()
-    return with_urls(con, con.from_df(frame), root).order("rate DESC, url_id").df()
+    return _frame(with_urls(con, con.from_df(frame), root).order("rate DESC, url_id"))
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def _frame(rel: duckdb.DuckDBPyRelation) -> pd.DataFrame:
+    """``rel`` run and fetched as a DataFrame (duckdb 2 types ``DuckDBPyRelation.df`` ``Any``)."""
+    frame: pd.DataFrame = rel.df()
+    return frame
 
 
 def _cycle_list(cycles: int | Iterable[int] | None) -> list[int] | None:
@@ -186,14 +189,13 @@ def show_history(root: str | Path, cycle: int | None = None, limit: int = 20) ->
     con = connect()
     rel = history_with_urls(con, root, cycle)
     total = rel.count("*").fetchall()[0][0]
-    shown = (
+    shown = _frame(
         rel.order("fetched_at, url_id")
         .limit(min(limit, total))  # DuckDB's LIMIT is an int64
         .project(
             "coalesce(url, '(url_id ' || url_id || ', not in the catalog)') AS url, "
             "outcome, changed, fetched_at"
         )
-        .df()
     )
     head = f"cycle {cycle}: {len(shown)} of {total} rows, by fetch time"
     width = int(shown["url"].str.len().max())

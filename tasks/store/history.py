@@ -56,12 +56,12 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pandas as pd
@@ -89,6 +89,7 @@ from tasks.store.stats import (
 __all__ = ["HistoryStore", "connect", "stats_sql", "validate_history_rows"]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 MANIFEST = "_manifest.json"
 STAGING_MAX_AGE_S = 6 * 3600
@@ -215,7 +216,8 @@ class HistoryStore:
 
     def _entry_files(self, entries: list[dict[str, Any]], *, verify: bool) -> list[str]:
         """The cycle entries' files, checked against their digests if ``verify``."""
-        paths, checks = [], []
+        paths: list[str] = []
+        checks: list[tuple[str, Collection[str]]] = []
         for entry in entries:
             digests = entry.get(DIGEST, {})
             for name in entry["files"]:
@@ -456,7 +458,7 @@ class HistoryStore:
             if now - leftover.stat().st_mtime > STAGING_MAX_AGE_S:
                 shutil.rmtree(leftover, ignore_errors=True)
 
-    def _checked(self, read: Any, files: list[str]) -> Any:
+    def _checked(self, read: Callable[[], _T], files: list[str]) -> _T:
         """Run a read; if DuckDB or Arrow fails, name the unreadable file(s)."""
         try:
             return read()
@@ -1014,7 +1016,7 @@ def verify_files(checks: list[tuple[str, Collection[str]]], what: str, remedy: s
             verify_file(path, accepted, what, remedy)
         return
     with ThreadPoolExecutor(max_workers=min(len(checks), os.cpu_count() or 1)) as pool:
-        for _ in pool.map(lambda check: verify_file(*check, what, remedy), checks):
+        for _ in pool.map(lambda check: verify_file(check[0], check[1], what, remedy), checks):
             pass  # the first file that differs raises here, in the history's order
 
 
