@@ -12,9 +12,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING, cast
 
 from flows.local_prefect import PrefectStartError, apply_prefect_defaults, start_local_prefect
 from models.planning.cost import COST_MODELS
+
+if TYPE_CHECKING:
+    from prefect.deployments.runner import RunnerDeployment
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,17 +47,22 @@ def main(argv: list[str] | None = None) -> None:
         print(f"python -m flows.serve: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     common = {"root": args.root, "budget": args.budget, "cost_model": args.cost_model or "credits"}
+    # Flow.to_deployment is @async_dispatch'ed, so typed "RunnerDeployment | Coroutine[...,
+    # RunnerDeployment]"; called here, outside an event loop, it returns the deployment.
+    recrawl = recrawl_flow.to_deployment(
+        "recrawl-daily",
+        cron="0 3 * * *",
+        parameters={**common, "host_shards": args.host_shards},
+        concurrency_limit=1,
+    )
+    discover = discover_flow.to_deployment(
+        "discover-weekly", cron="0 1 * * 0", parameters={"root": args.root}
+    )
+    adhoc = plan_flow.to_deployment("plan-adhoc", parameters=common)
     serve(
-        recrawl_flow.to_deployment(
-            "recrawl-daily",
-            cron="0 3 * * *",
-            parameters={**common, "host_shards": args.host_shards},
-            concurrency_limit=1,
-        ),
-        discover_flow.to_deployment(
-            "discover-weekly", cron="0 1 * * 0", parameters={"root": args.root}
-        ),
-        plan_flow.to_deployment("plan-adhoc", parameters=common),
+        cast("RunnerDeployment", recrawl),
+        cast("RunnerDeployment", discover),
+        cast("RunnerDeployment", adhoc),
     )
 
 

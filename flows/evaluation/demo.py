@@ -110,7 +110,8 @@ def format_result(result: DemoResult) -> str:
         f"cost per change caught {planner['cost per change']:.2f} vs "
         f"{uniform['cost per change']:.2f} credits (planner vs uniform)",
         f"the planner's record hashes flagged {result.detected_changes:,} changes "
-        f"(ground truth: {int(planner['changes caught']):,} of its visits followed a change)",
+        f"(ground truth: {int(result.table['changes caught'].loc['planner']):,} of its visits "
+        "followed a change)",
         "",
         f"plot:    {result.plot}",
         f"reports: {result.reports}/cycle=<n>/summary.md (and PNGs), "

@@ -82,7 +82,7 @@ def run_estimation_demo(
     }
     lo, hi = est["rate_low"].to_numpy()[seen], est["rate_high"].to_numpy()[seen]
     truth_seen = true_rate[seen]
-    bands = pd.cut(truth_seen, RATE_BANDS, labels=BAND_LABELS)
+    bands = pd.CategoricalIndex(pd.cut(truth_seen, RATE_BANDS, labels=BAND_LABELS))
     columns = {}
     for name, rate in candidates.items():
         ratio = pd.Series(np.abs(rate) / truth_seen)
