@@ -26,7 +26,7 @@ import time
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -258,7 +258,7 @@ class CompactLog:
         order = np.lexsort((joined["at"], joined["host"]))
         return cls(**{f: v[order] for f, v in joined.items()})
 
-    def save(self, path: str) -> None:
+    def save(self, path: str | BinaryIO) -> None:
         np.savez(path, **self.__dict__)
 
     @classmethod

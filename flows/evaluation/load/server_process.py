@@ -30,6 +30,7 @@ from flows.evaluation.load.faulty_sandbox import (
     load_web,
     log_row,
 )
+from tasks.store.durable import durable_file, durable_write_text
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -123,10 +124,8 @@ async def _serve(server: FaultyServer, workdir: Path, faults: dict[int, str]) ->
     def dump() -> None:
         nonlocal dumps
         drain()
-        path = workdir / f"log-{dumps}.npz"
-        tmp = workdir / f"log-{dumps}.tmp.npz"
-        CompactLog.from_rows(rows).save(str(tmp))
-        os.replace(tmp, path)
+        with durable_file(workdir / f"log-{dumps}.npz") as handle:
+            CompactLog.from_rows(rows).save(handle)
         rows.clear()
         dumps += 1
 
@@ -135,8 +134,7 @@ async def _serve(server: FaultyServer, workdir: Path, faults: dict[int, str]) ->
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, dump)
     manifest = {"port": server.port, "netlocs": server.netlocs, "faults": faults}
-    (workdir / "manifest.tmp").write_text(json.dumps(manifest))
-    os.replace(workdir / "manifest.tmp", workdir / "manifest.json")
+    durable_write_text(workdir / "manifest.json", json.dumps(manifest))
     try:
         while not stop.is_set():
             drain()
