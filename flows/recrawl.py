@@ -28,13 +28,13 @@ coroutine that never runs. Each fetch task runs its own event loop (``asyncio.ru
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
+from uuid import UUID
 
 from prefect import flow, task
 from prefect.artifacts import (
@@ -45,7 +45,7 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture, as_completed
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import ValidationError
 
 from flows.plan import next_cycle_id, plan_cycle_task
@@ -95,6 +95,12 @@ from tasks.store.durable import durable_write_text
 #: concurrently itself): ACTIVE_BATCHES of them at full speed, the others in their tail,
 #: waiting on a few slow or failing hosts (``tasks.fetch.batch_slots``).
 PARALLEL_BATCHES = BATCH_THREADS
+#: The key of the cycle summary artifact (the newest cycle's is the key's latest version).
+SUMMARY_ARTIFACT_KEY = "recrawl-summary"
+
+
+def summary_artifact_description(cycle: int) -> str:
+    return f"recrawl cycle {cycle} summary"
 
 
 @task(name="split-plan", cache_policy=NO_CACHE)
@@ -216,24 +222,21 @@ def report_cycle_task(
     cost_model: str,
     failed_batches: int = 0,
     at: datetime | None = None,
-    sandbox: dict[str, Any] | None = None,
     prior: PriorName = "mixture",
 ) -> dict[str, Any]:
-    """Numbers, plots and keyed artifacts of the committed cycle; then drop its work files."""
+    """Numbers, plots and keyed artifacts of the committed cycle; then drop its work files.
+
+    Production has no ground truth: the realized freshness is NaN ("n/a" in the report). The
+    evaluation harness records it afterwards (``flows.evaluation.truth.record_realized``).
+    """
     from tasks.cycle.estimation import load_rate_estimates
 
     started = time.time()
-    realized = math.nan
-    if sandbox is not None and at is not None:
-        from flows.evaluation.truth import SandboxSpec, realized_freshness
-
-        realized = realized_freshness(root, SandboxSpec.from_dict(sandbox).web(), at)
     numbers = cycle_numbers(
         root,
         cycle,
         plan_summary(plan_path),
         at=at.isoformat() if at is not None else "",
-        realized_freshness=realized,
         failed_batches=failed_batches,
     )
     pressure = hosts_under_pressure(read_batch_metrics(root, cycle))
@@ -253,11 +256,11 @@ def report_cycle_task(
     if in_run():
         create_markdown_artifact(
             embed_plots(markdown, plots),
-            key="recrawl-summary",
-            description=f"recrawl cycle {cycle} summary",
+            key=SUMMARY_ARTIFACT_KEY,
+            description=summary_artifact_description(cycle),
         )
         create_table_artifact(
-            pressure.to_dict(orient="records")
+            [{str(k): v for k, v in row.items()} for row in pressure.to_dict(orient="records")]
             or [{"host": "(none)", "requests": 0, "throttles": 0}],
             key="recrawl-hosts-under-pressure",
             description=f"cycle {cycle}: hosts whose adaptive limit fell, throttled or paused",
@@ -278,7 +281,13 @@ def report_cycle_task(
     }
 
 
-@flow(name="recrawl", task_runner=ThreadPoolTaskRunner(max_workers=PARALLEL_BATCHES))
+#: Prefect's ``task_runner`` parameter wants a ``TaskRunner[PrefectFuture[Any]]``; the thread
+#: pool's runner is one of ``PrefectConcurrentFuture`` (a subclass), and ``TaskRunner`` is
+#: invariant in its future type.
+_RUNNER = cast("TaskRunner[PrefectFuture[Any]]", ThreadPoolTaskRunner(max_workers=PARALLEL_BATCHES))
+
+
+@flow(name="recrawl", task_runner=_RUNNER)
 def recrawl_flow(
     root: str = "data",
     budget: float = 1000.0,
@@ -292,7 +301,6 @@ def recrawl_flow(
     fetch: dict[str, Any] | None = None,
     slices: dict[str, Any] | None = None,
     window_s: float | None = None,
-    sandbox: dict[str, Any] | None = None,
     replace: bool = False,
     seed: int | None = None,
     prior: PriorName = "mixture",
@@ -301,9 +309,10 @@ def recrawl_flow(
 
     ``at`` is the cycle's time (a simulated one on the sandbox; default: now, wall clock);
     ``fetch`` overrides fetch settings (``tasks.fetch.settings.FetchSettings`` fields);
-    ``slices`` overrides the budget's reserved slices (``models.planning.select.Slices``);
-    ``sandbox`` (``{"hosts", "pages_per_host", "seed"}``) adds ground-truth freshness to
-    the report. ``host_shards > 0`` tags each batch with one ``hostshard:<k>`` instead of
+    ``slices`` overrides the budget's reserved slices (``models.planning.select.Slices``).
+    The report's realized freshness is "n/a": ground truth exists only on the sandbox, where
+    the evaluation harness adds it after the run (``flows.evaluation.sandbox_runs.
+    recrawl_with_truth``). ``host_shards > 0`` tags each batch with one ``hostshard:<k>`` instead of
     one ``host:<h>`` per host (far fewer slot acquisitions with thousands of hosts; every
     run and machine must use the same value).
     ``seed`` seeds the plan's random verification sample; by default the cycle id, so each
@@ -365,9 +374,7 @@ def recrawl_flow(
     outcomes, failed = _fetch_batches(root, cycle_id, specs, fetch, at, cost_model, window_s)
     commit = commit_cycle_task(root, cycle_id, at)
     content = cycle_content_task(root, cycle_id, at)
-    report = report_cycle_task(
-        root, cycle_id, plan_path, cost_model, len(failed), at, sandbox, prior
-    )
+    report = report_cycle_task(root, cycle_id, plan_path, cost_model, len(failed), at, prior)
     summary = {
         "cycle": cycle_id,
         "status": "committed",
@@ -419,9 +426,23 @@ def _fetch_batches(
         upstream = [futures[spec.after]] if spec.after in futures else None
         futures[spec.name] = fetch_host_batch_task.with_options(
             tags=spec.tags, task_run_name=f"fetch-{spec.name}"
-        ).submit(root, cycle_id, spec.name, fetch, at, cost_model, window_s, wait_for=upstream)
-    progress = create_progress_artifact(
-        0.0, key="recrawl-progress", description=f"cycle {cycle_id}: host batches done"
+        ).submit(
+            root,
+            cycle_id,
+            spec.name,
+            fetch,
+            at,
+            cost_model,
+            window_s,
+            wait_for=upstream,
+            return_state=False,  # the overload that takes wait_for
+        )
+    # a sync caller gets the UUID itself (the coroutine is for async callers)
+    progress = cast(
+        UUID,
+        create_progress_artifact(
+            0.0, key="recrawl-progress", description=f"cycle {cycle_id}: host batches done"
+        ),
     )
     outcomes: list[BatchOutcome] = []
     failed: list[str] = []

@@ -7,6 +7,10 @@ flows with ``budget`` credits each, moving the simulated clock one day per cycle
 passing the cycle's simulated time to the fetcher. ``backtest_flow`` wraps it as a flow
 and scores the result against a uniform recrawl of the same budget (``flows.evaluation.compare``);
 ``make demo`` runs the same loop (``flows.evaluation.demo``).
+
+Each cycle runs through ``recrawl_with_truth``: the production ``recrawl`` flow, which
+knows no truth, then the sandbox's realized freshness added to the cycle's report
+(``flows.evaluation.truth.record_realized``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from prefect import flow
 
 from flows.discover import discover_flow
 from flows.evaluation.compare import Comparison, compare_policies, plot_comparison
-from flows.evaluation.truth import SandboxSpec
+from flows.evaluation.truth import SandboxSpec, record_realized
 from flows.progress import PhaseTimes
 from flows.recrawl import recrawl_flow
 from sandbox import SANDBOX_NETWORKS, HostBehaviour, SandboxWeb, SimClock, serve_sandbox
@@ -121,14 +125,14 @@ def run_sandbox_cycles(
             if cycle:
                 clock.advance(days=1)
             with phases.phase("bootstrap (cycle 0)" if cycle == 0 else f"cycles 1-{cycles}"):
-                result = recrawl_flow(
+                result = recrawl_with_truth(
+                    spec,
                     root=str(root),
+                    at=clock.now(),
                     budget=float(pages if cycle == 0 else budget),
                     cycle=cycle,
-                    at=clock.now(),
                     fetch=SANDBOX_FETCH,
                     slices=BOOTSTRAP_SLICES if cycle == 0 else None,
-                    sandbox=spec,
                     seed=seed + cycle,
                 )
             summaries.append(result)
@@ -137,6 +141,28 @@ def run_sandbox_cycles(
     return SandboxRun(
         root, START, cycles, budget, pages, spec, summaries, time.monotonic() - started
     )
+
+
+def recrawl_with_truth(
+    spec: SandboxSpec | dict[str, Any], *, root: str, at: datetime, **recrawl_kwargs: Any
+) -> dict[str, Any]:
+    """One ``recrawl`` cycle on the sandbox web ``spec`` describes, scored by its truth.
+
+    Runs ``recrawl_flow(root=root, at=at, **recrawl_kwargs)``, then records the realized
+    freshness at ``at`` into the cycle's report, plots, ``summary.md`` and the flow run's
+    ``recrawl-summary`` artifact; returns the flow's result with ``realized_freshness``
+    set. A cycle that was already committed is returned as the flow returned it.
+    """
+    spec = spec if isinstance(spec, SandboxSpec) else SandboxSpec.from_dict(spec)
+    state = recrawl_flow(root=root, at=at, **recrawl_kwargs, return_state=True)
+    # raises what the flow raised; _sync: the plain value even where an event loop runs
+    # (Prefect's async_dispatch would hand back a coroutine there, e.g. under Playwright)
+    result: dict[str, Any] = state.result(_sync=True)  # type: ignore[call-overload]
+    if result.get("status") != "committed":
+        return result
+    flow_run_id = state.state_details.flow_run_id
+    realized = record_realized(root, result["cycle"], spec.web(), at, flow_run_id=flow_run_id)
+    return {**result, "realized_freshness": realized}
 
 
 def score_run(run: SandboxRun, *, seed: int = 0) -> tuple[Comparison, Path]:

@@ -36,7 +36,7 @@ def test_plan_and_report_task_bodies_use_and_name_the_prior(tmp_path):
         planned = plan_cycle_task.fn(root, 1, 20.0, prior=prior, adhoc_name=f"p-{prior}")
         assert planned["prior"] == f"prior: {prior}"
         assert json.loads(summary_path(planned["path"]).read_text())["prior"] == planned["prior"]
-    report = report_cycle_task.fn(root, 0, planned["path"], "credits", 0, None, None, "none")
+    report = report_cycle_task.fn(root, 0, planned["path"], "credits", 0, None, "none")
     assert "| rate estimates | prior: none |" in Path(report["report"]).read_text()
 
 

@@ -7,8 +7,11 @@ from datetime import timedelta
 import pandas as pd
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+from prefect.client.schemas.sorting import ArtifactSort
 
 import tasks.cycle.work
+from flows.evaluation.sandbox_runs import recrawl_with_truth
 from flows.plan import plan_flow
 from flows.recrawl import recrawl_flow
 from tasks.cycle.host_limits import ensure_host_limits, limit_name
@@ -21,19 +24,33 @@ def _limits(hosts):
         return {h: client.read_global_concurrency_limit_by_name(limit_name(h)) for h in hosts}
 
 
+def _latest_summary():
+    with get_client(sync_client=True) as client:
+        (found,) = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["recrawl-summary"])),
+            sort=ArtifactSort.CREATED_DESC,
+            limit=1,
+        )
+    return found
+
+
 def test_cycle_history_grows_by_exactly_the_planned_pages(prefect_server, sandbox_web, tmp_path):
     root = str(tmp_path)
     urls = import_catalog(root, sandbox_web)
-    first = recrawl_flow(
+    first = recrawl_with_truth(
+        {"hosts": 6, "pages_per_host": 10, "seed": 5},
         root=root,
-        budget=len(urls),
         at=START,
+        budget=len(urls),
         fetch=FAST_FETCH,
         slices=BOOTSTRAP,
-        sandbox={"hosts": 6, "pages_per_host": 10, "seed": 5},
     )
     assert first["cycle"] == 0 and first["rows"] == len(urls) == first["observations"]
     assert first["realized_freshness"] == 1.0  # everything was just fetched
+    # the harness published the summary again, with the truth, on the run that made it
+    artifact = _latest_summary()
+    assert artifact.flow_run_id is not None
+    assert "| realized freshness (truth) | 1.000 |" in str(artifact.data)
 
     sandbox_web.clock.set(START + timedelta(days=1))
     second = recrawl_flow(root=root, budget=20, at=START + timedelta(days=1), fetch=FAST_FETCH)
@@ -42,7 +59,10 @@ def test_cycle_history_grows_by_exactly_the_planned_pages(prefect_server, sandbo
     assert second["cycle"] == 1 and len(plan) == 20
     assert sorted(rows["url_id"]) == sorted(plan["url_id"])  # each planned page exactly once
     assert len(HistoryStore(root).read()) == len(urls) + 20
-    assert (tmp_path / "reports" / "cycle=1" / "summary.md").exists()
+    # the production flow knows no truth
+    summary = (tmp_path / "reports" / "cycle=1" / "summary.md").read_text()
+    assert "| realized freshness (truth) | n/a (no ground truth) |" in summary
+    assert "| realized freshness (truth) | n/a (no ground truth) |" in str(_latest_summary().data)
     assert not (tmp_path / "_work" / "cycle=1").exists()
 
     hosts = sorted(rows["host"].unique())

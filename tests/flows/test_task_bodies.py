@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pandas as pd
+
+from flows.evaluation.truth import SandboxSpec, record_realized
 from flows.plan import plan_cycle_task
 from flows.recrawl import (
     commit_cycle_task,
@@ -22,7 +25,10 @@ def _cycle(root, cycle, budget, at, slices=None, sandbox=None):
         fetch_host_batch_task.fn(root, cycle, s.name, FAST_FETCH, at, "credits") for s in specs
     ]
     commit = commit_cycle_task.fn(root, cycle, at)
-    report = report_cycle_task.fn(root, cycle, planned["path"], "credits", 0, at, sandbox)
+    report = report_cycle_task.fn(root, cycle, planned["path"], "credits", 0, at)
+    if sandbox is not None:  # the harness's ground truth, recorded into the report
+        realized = record_realized(root, cycle, SandboxSpec.from_dict(sandbox).web(), at)
+        report = {**report, "realized_freshness": realized}
     return planned, outcomes, commit, report
 
 
@@ -42,6 +48,12 @@ def test_task_bodies_run_a_cycle_without_prefect(sandbox_web, tmp_path):
     assert 0.0 < report["realized_freshness"] < 1.0  # three days later, some pages changed
     text = (tmp_path / "reports" / "cycle=1" / "summary.md").read_text()
     assert f"| changes found | {report['changes_found']:,} " in text
+    # the truth went into the report the flow wrote, which itself had none
+    assert f"| realized freshness (truth) | {report['realized_freshness']:.3f} |" in text
+    assert "n/a (no ground truth)" not in text
+    cycles = pd.read_parquet(tmp_path / "reports" / "cycles.parquet").set_index("cycle_id")
+    assert cycles.loc[1, "realized_freshness"] == report["realized_freshness"]
+    assert cycles.loc[0, "realized_freshness"] == 1.0  # everything was just fetched
     assert (tmp_path / "reports" / "cycle=1" / "freshness.png").stat().st_size > 1000
     assert HistoryStore(root).cycles() == [0, 1]
 

@@ -19,7 +19,7 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.client.schemas.sorting import ArtifactSort
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from flows.recrawl import recrawl_flow
+from flows.evaluation.sandbox_runs import recrawl_with_truth
 from tasks.reports.cycle_report import report_dir
 from tests.flows.conftest import BOOTSTRAP, FAST_FETCH, START, import_catalog
 
@@ -55,13 +55,13 @@ def test_the_summary_artifact_shows_the_cycle_plots_in_the_prefect_ui(
     root = str(tmp_path / "store")
     urls = import_catalog(root, sandbox_web)
     with temporary_settings({PREFECT_API_URL: prefect_ui_server.api_url}):
-        result = recrawl_flow(
+        result = recrawl_with_truth(
+            {"hosts": 6, "pages_per_host": 10, "seed": 5},
             root=root,
-            budget=len(urls),
             at=START,
+            budget=len(urls),
             fetch=FAST_FETCH,
             slices=BOOTSTRAP,
-            sandbox={"hosts": 6, "pages_per_host": 10, "seed": 5},
         )
     assert result["status"] == "committed"
     folder = report_dir(root, 0)
@@ -73,6 +73,9 @@ def test_the_summary_artifact_shows_the_cycle_plots_in_the_prefect_ui(
     assert len(names) == len(pngs), (names, pngs)
 
     artifact = _latest_summary(prefect_ui_server.api_url)
+    # the harness's version, with the truth, on the recrawl run (not the flow's "n/a" one)
+    assert artifact.flow_run_id is not None
+    assert "| realized freshness (truth) | 1.000 |" in str(artifact.data)
     print(f"recrawl-summary artifact: {len(str(artifact.data)):,} characters")
 
     page = browser.new_page()
