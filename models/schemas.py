@@ -9,34 +9,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-#: Outcomes of a fetch attempt. Only ``ok`` and ``not_modified`` are observations of the
-#: page's content; every other outcome is an attempt that says nothing about change.
-OUTCOMES: tuple[str, ...] = (
-    "ok",  # 2xx with a body that was extracted and hashed
-    "not_modified",  # 304 to a conditional request: unchanged
-    "throttled",  # 429 / 503 (Retry-After recorded by the fetcher)
-    "timeout",
-    "error",  # network error, 5xx, unparseable response
-    "gone",  # 404 / 410
-    "redirect",  # redirect not followed (limit, off-host)
-    "robots_denied",
-    "shed",  # dropped by load shedding before any request was sent
-    # Guard rails and plan limits of the fetch engine (``reason`` says which limit and value):
-    "too_large",  # body above the size limit (declared or counted while streaming)
-    "bad_content_type",  # a content type the fetcher does not accept
-    "decompression_bomb",  # decoded body far larger than the bytes on the wire
-    "redirect_loop",  # a redirect chain that comes back to a URL it already visited
-    "api_exhausted",  # the scraping API answered 509: the plan's credits are spent
-    # Failures told apart by tasks.fetch.transport_errors (issue 8), and the address policy:
-    "refused_address",  # the address policy refused it (models.fetching.net_policy): never sent
-    "tls_error",  # the TLS handshake failed (bad certificate, not TLS at all)
-    "bad_response",  # not valid HTTP (status line, headers, framing)
-    "truncated",  # the connection broke mid-body (reset, shorter than Content-Length)
-)
-OBSERVATION_OUTCOMES: tuple[str, ...] = ("ok", "not_modified")
-#: Outcomes of attempts that never sent a request: they cost nothing and say nothing of
-#: the host's health; reports and pricing count them apart from the requests sent.
-NOT_SENT_OUTCOMES: tuple[str, ...] = ("shed", "robots_denied", "refused_address")
+# The vocabulary lives in models.outcomes; kept importable here for the store's validator.
+from models.outcomes import OUTCOMES as OUTCOMES
 
 UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -75,7 +49,7 @@ HISTORY_SCHEMA = pa.schema(
         pa.field("cycle_id", pa.int64(), nullable=False),
         pa.field("fetched_at", UTC_TIMESTAMP, nullable=False),
         pa.field("status", pa.int16()),  # HTTP status, NULL when no response
-        pa.field("outcome", pa.string(), nullable=False),  # one of OUTCOMES
+        pa.field("outcome", pa.string(), nullable=False),  # one of models.outcomes.OUTCOMES
         pa.field("changed", pa.bool_()),  # vs the previous observation; NULL if unknown
         pa.field("interval_days", pa.float64()),
         pa.field("record_hash", pa.string()),  # hash of the extracted record

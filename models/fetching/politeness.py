@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
+from models.outcomes import RETRYABLE, RETRYABLE_IF_TRANSIENT
+
 
 @dataclass(frozen=True)
 class PacingPolicy:
@@ -149,7 +151,6 @@ class RetryPolicy:
 
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-RETRYABLE_OUTCOMES = frozenset({"timeout", "throttled", "truncated"})
 
 
 def is_retryable(outcome: str, status: int | None) -> bool:
@@ -158,9 +159,9 @@ def is_retryable(outcome: str, status: int | None) -> bool:
     Network errors (no status) and the transient statuses are; every other status, every
     guard-rail outcome and every robots denial fails the same way each time.
     """
-    if outcome in RETRYABLE_OUTCOMES:
+    if outcome in RETRYABLE:
         return True
-    if outcome != "error":
+    if outcome not in RETRYABLE_IF_TRANSIENT:
         return False
     return status is None or status in RETRYABLE_STATUS
 

@@ -24,20 +24,11 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from models.outcomes import BILLED
+
 FloatArray = NDArray[np.float64]
 
 MIB = float(1 << 20)
-#: Outcomes that say the host is struggling or pushing back.
-UNHEALTHY_OUTCOMES: tuple[str, ...] = (
-    "throttled",
-    "timeout",
-    "error",
-    "tls_error",
-    "bad_response",
-    "truncated",
-)
-#: Responses a scraping API bills: the page was delivered (a 304 is a delivered answer).
-BILLED_OUTCOMES: tuple[str, ...] = ("ok", "not_modified")
 
 
 class CostInputError(ValueError):
@@ -48,7 +39,7 @@ class CostInputError(ValueError):
 class PageHistory:
     """Per-page aggregates of past attempts (arrays aligned by page; NaN where unknown).
 
-    ``attempts`` rows in the history, ``billed`` of them delivered (``BILLED_OUTCOMES``),
+    ``attempts`` rows in the history, ``billed`` of them delivered (``models.outcomes.BILLED``),
     ``mean_bytes`` bytes transferred per attempt (headers included, failures included),
     and the same three over the page's host, so a page without history of its own is
     priced like its host's pages.
@@ -124,7 +115,7 @@ class CreditBilling:
             raise CostInputError(f"credits per response must be positive, got {self.credits}")
 
     def attempt_cost(self, outcome: ArrayLike, bytes_transferred: ArrayLike) -> FloatArray:
-        billed = np.isin(np.asarray(outcome, dtype=object), BILLED_OUTCOMES)
+        billed = np.isin(np.asarray(outcome, dtype=object), sorted(BILLED))
         return np.asarray(np.where(billed, self.credits, 0.0))
 
     def visit_cost(self, history: PageHistory, hint: ArrayLike) -> FloatArray:

@@ -18,22 +18,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from models.planning.cost import UNHEALTHY_OUTCOMES, health_multiplier
+from models.outcomes import OFF_HOST_RECORD, STRAINED, sql_list
+from models.planning.cost import health_multiplier
 
 #: Cycles of history that make a host's record (the latest ones before this cycle).
 RECORD_CYCLES = 3
 #: A host is troubled below this smoothed share of untroubled rows.
 MIN_HEALTH = 0.8
-#: Outcomes that say a host kept its batch waiting: the unhealthy ones, and ``shed``
-#: (what could not be fetched within the batch's window, or was refused admission).
-STRAINED_OUTCOMES: tuple[str, ...] = (*UNHEALTHY_OUTCOMES, "shed")
 
+# Rows that say a host kept its batch waiting are ``models.outcomes.STRAINED`` (the
+# unhealthy ones, and ``shed``: what could not be fetched within the batch's window, or was
+# refused admission); ``OFF_HOST_RECORD`` rows (robots denials) are no part of the record.
 _RECORD_SQL = """
 SELECT host, count(*) AS host_rows,
        count(*) FILTER (WHERE outcome IN (SELECT unnest($strained))
                         OR coalesce(retries, 0) > 0) AS host_strained
 FROM history
-WHERE cycle_id < $cycle AND cycle_id >= $since AND outcome <> 'robots_denied'
+WHERE cycle_id < $cycle AND cycle_id >= $since AND outcome NOT IN (SELECT unnest($off_record))
       AND host IN (SELECT DISTINCT host FROM requests)
 GROUP BY host
 """
@@ -69,7 +70,8 @@ def troubled_hosts(
             params={
                 "cycle": int(cycle_id),
                 "since": int(latest) - record_cycles + 1,
-                "strained": list(STRAINED_OUTCOMES),
+                "strained": sql_list(STRAINED),
+                "off_record": sql_list(OFF_HOST_RECORD),
             },
         ).to_arrow_table()
     finally:

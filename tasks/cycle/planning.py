@@ -13,16 +13,9 @@ import pandas as pd
 from models.allocation.allocate import allocate
 from models.discovery.admission import NEAR_DUPLICATE_VALUE
 from models.estimation.change_rate import PriorChoice
-from models.planning.cost import (
-    BILLED_OUTCOMES,
-    COST_MODELS,
-    UNHEALTHY_OUTCOMES,
-    CostModel,
-    PageHistory,
-    health_multiplier,
-)
+from models.outcomes import BILLED, NOT_SENT, OBSERVED, UNHEALTHY, sql_list
+from models.planning.cost import COST_MODELS, CostModel, PageHistory, health_multiplier
 from models.planning.select import REASONS, Candidates, PlanningInputError, Slices, select_batch
-from models.schemas import NOT_SENT_OUTCOMES, OBSERVATION_OUTCOMES
 from tasks.cycle.estimation import load_rate_estimates
 from tasks.store.catalog import CatalogStore
 from tasks.store.durable import durable_write
@@ -30,7 +23,7 @@ from tasks.store.history import HistoryStore, connect
 
 _NEWEST = "SELECT max(fetched_at) FROM history"
 # One pass over the history per page: its last observation, and what its recent attempts
-# cost and said about its host. Attempts that sent no request (``NOT_SENT_OUTCOMES``: shed,
+# cost and said about its host. Attempts that sent no request (``models.outcomes.NOT_SENT``: shed,
 # robots denials, refused addresses) are not attempts for pricing.
 _ATTEMPTS = """
 SELECT url_id, any_value(host) AS host,
@@ -156,10 +149,10 @@ def plan_cycle(
         now = newest if newest is not None else datetime.now(UTC)
     stamp = pd.Timestamp(now)
     params = {
-        "observed": list(OBSERVATION_OUTCOMES),
-        "not_sent": list(NOT_SENT_OUTCOMES),
-        "billed": list(BILLED_OUTCOMES),
-        "unhealthy": list(UNHEALTHY_OUTCOMES),
+        "observed": sql_list(OBSERVED),
+        "not_sent": sql_list(NOT_SENT),
+        "billed": sql_list(BILLED),
+        "unhealthy": sql_list(UNHEALTHY),
         "cost_since": (stamp - pd.Timedelta(days=cost_window_days)).to_pydatetime(),
         "health_since": (stamp - pd.Timedelta(days=health_window_days)).to_pydatetime(),
     }

@@ -62,8 +62,9 @@ import pyarrow.parquet as pq
 from models.content.extract import DEFAULT_RULES, extract
 from models.content.extract_rules import ExtractionRules
 from models.discovery.urls import InvalidURLError, normalize, url_id
+from models.outcomes import OBSERVED, sql_list
 from models.planning.cost import COST_MODELS, CostModel
-from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
+from models.schemas import HISTORY_SCHEMA
 from tasks.archive.cycle import CycleArchive, previous_captures, with_archived_files
 from tasks.archive.warc import WarcSettings, WarcWriter
 from tasks.cycle.content import PageCollector, write_batch_content
@@ -205,7 +206,7 @@ WITH last_obs AS (
            arg_max(last_modified, fetched_at) AS last_modified,
            arg_max(record_hash, fetched_at) AS record_hash
     FROM history
-    WHERE outcome IN ('ok', 'not_modified') AND url_id IN (SELECT url_id FROM plan)
+    WHERE outcome IN (SELECT unnest($observed)) AND url_id IN (SELECT url_id FROM plan)
     GROUP BY url_id
 ),
 last_capture AS (
@@ -213,7 +214,7 @@ last_capture AS (
            arg_max(warc_file, fetched_at) AS warc_file,
            arg_max(warc_offset, fetched_at) AS warc_offset
     FROM history
-    WHERE outcome IN ('ok', 'not_modified') AND warc_file IS NOT NULL
+    WHERE outcome IN (SELECT unnest($observed)) AND warc_file IS NOT NULL
           AND cycle_id <> $cycle AND url_id IN (SELECT url_id FROM plan)
     GROUP BY url_id
 )
@@ -278,7 +279,9 @@ def split_plan(
         ) from exc
     con.register("catalog", catalog.relation(con))
     con.register("history", HistoryStore(root).relation(con))
-    requests = con.sql(_REQUESTS_SQL, params={"cycle": int(cycle_id)}).to_arrow_table()
+    requests = con.sql(
+        _REQUESTS_SQL, params={"cycle": int(cycle_id), "observed": sql_list(OBSERVED)}
+    ).to_arrow_table()
     if requests.num_rows < planned:
         log.warning(
             "cycle %s: %d planned pages are not in the catalog and are skipped",
@@ -589,7 +592,7 @@ def _outcome(
 ) -> BatchOutcome:
     table = pq.read_table(part, columns=["outcome", "bytes", "cost", "reason"])
     outcome = table["outcome"]
-    observed = pc.is_in(outcome, pa.array(OBSERVATION_OUTCOMES))
+    observed = pc.is_in(outcome, pa.array(sql_list(OBSERVED)))
     failed = int(pc.sum(pc.invert(observed)).as_py() or 0)
     error = None
     errors = pc.filter(table["reason"], pc.starts_with(table["reason"], "batch failed"))

@@ -38,6 +38,7 @@ from models.fetching.frontier import BatchFrontier, Shed, WorkItem
 from models.fetching.host_state import HostState, Signal
 from models.fetching.robots_policy import RobotsVerdict
 from models.fetching.validators import conditional_headers, judge_validators
+from models.outcomes import CONNECTION_FAILED
 from tasks.fetch.attempt import Attempt, BodyLimits, PageLimits, Route, fetch_page
 from tasks.fetch.client import make_client
 from tasks.fetch.idle_workers import IdleWorkers
@@ -727,10 +728,6 @@ class _Batch:
         )
 
 
-#: Outcomes of a connection or protocol failure: the host is not well, keep pacing.
-_FAILURE_OUTCOMES = frozenset({"tls_error", "bad_response", "truncated"})
-
-
 def _signal(attempt: Attempt) -> Signal:
     """Which slow-down signal an attempt sends to its host."""
     if attempt.outcome == "throttled":
@@ -739,7 +736,7 @@ def _signal(attempt: Attempt) -> Signal:
         return Signal.TIMEOUT
     if attempt.outcome == "refused_address":
         return Signal.NOT_SENT
-    if attempt.outcome in _FAILURE_OUTCOMES:
+    if attempt.outcome in CONNECTION_FAILED:
         return Signal.ERROR
     if attempt.outcome == "error" and (attempt.status is None or attempt.status >= 500):
         return Signal.ERROR

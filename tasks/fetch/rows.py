@@ -20,7 +20,8 @@ import pyarrow.compute as pc
 
 from models.discovery.urls import InvalidURLError, normalize, url_id
 from models.fetching.redaction import redact_url
-from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
+from models.outcomes import BILLED
+from models.schemas import HISTORY_SCHEMA
 from tasks.store.durable import durable_write_parquet
 
 
@@ -63,7 +64,7 @@ def default_cost(attempt: AttemptCost) -> float:
     and nothing for failures; direct and proxy fetches cost their bandwidth.
     """
     if attempt.mode == "api":
-        return 1.0 if attempt.outcome in OBSERVATION_OUTCOMES else 0.0
+        return 1.0 if attempt.outcome in BILLED else 0.0
     return attempt.wire_bytes / 1_000_000
 
 

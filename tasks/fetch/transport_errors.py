@@ -19,7 +19,8 @@ whole cause chain and names what happened:
   raised by itself): the reason says ``unexpected`` and names it, and it is not retried
   (it would fail the same way), so it can never loop.
 
-Only ``timeout``, ``truncated`` and network ``error`` are worth another attempt.
+Only ``timeout``, ``truncated`` and network ``error`` are worth another attempt (the
+classes of ``models.outcomes``, read through ``models.fetching.politeness.is_retryable``).
 A caller of the transport catches every ``Exception`` and routes it here, and a
 ``CancelledError`` too unless its own task is being cancelled (``stray_cancellation``).
 """
@@ -36,6 +37,7 @@ import httpcore
 import httpx
 from aiohttp.http_exceptions import HttpProcessingError
 
+from models.fetching.politeness import is_retryable
 from tasks.fetch.net_guard import AddressRefusedError
 
 #: Characters of an exception message kept in a history row's reason.
@@ -86,23 +88,28 @@ def classify_failure(exc: BaseException) -> Failure:
     chain = list(_chain(exc))
     for link in chain:
         if isinstance(link, AddressRefusedError):
-            return Failure("refused_address", f"address refused: {link.reason}", False)
+            return _failure("refused_address", f"address refused: {link.reason}")
     for link in reversed(chain):  # the deepest: ssl's own, not a wrapper's
         if isinstance(link, ssl.SSLError):
-            return Failure("tls_error", f"TLS: {_ssl_text(link)}", False)
+            return _failure("tls_error", f"TLS: {_ssl_text(link)}")
     if any(_is_timeout(link) for link in chain):
-        return Failure("timeout", _text(_deepest_timeout(chain)), True)
+        return _failure("timeout", _text(_deepest_timeout(chain)))
     body = next((link for link in chain if isinstance(link, BodyInterruptedError)), None)
     if body is not None:
-        return Failure("truncated", _text(body), True)
+        return _failure("truncated", _text(body))
     for link in chain:
         if isinstance(link, HttpProcessingError | httpcore.RemoteProtocolError):
             if "without sending a response" in str(link):
                 break  # the server closed an idle connection: a network error
-            return Failure("bad_response", f"not valid HTTP: {_text(link)}", False)
+            return _failure("bad_response", f"not valid HTTP: {_text(link)}")
     if not any(isinstance(link, NETWORK_ERRORS) for link in chain):
         return Failure("error", f"unexpected {_text(exc)}", False, unexpected=True)
-    return Failure("error", _text(chain[-1] if _is_wrapper(chain[0]) else chain[0]), True)
+    return _failure("error", _text(chain[-1] if _is_wrapper(chain[0]) else chain[0]))
+
+
+def _failure(outcome: str, reason: str) -> Failure:
+    """A network failure, retryable as its outcome is (no status: a network error is)."""
+    return Failure(outcome, reason, is_retryable(outcome, None))
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

@@ -23,8 +23,8 @@ import pyarrow as pa
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from models.outcomes import NOT_SENT, OBSERVED, sql_list
 from models.planning.select import REASONS
-from models.schemas import NOT_SENT_OUTCOMES, OBSERVATION_OUTCOMES
 from tasks.store.durable import durable_write_bytes
 from tasks.store.history import HistoryStore, connect, verify_sidecar, write_checked_parquet
 
@@ -110,7 +110,7 @@ def cycle_numbers(
     con = connect()
     files = store.files([int(cycle_id)])
     con.register("cycle_rows", con.read_parquet(files, union_by_name=True))
-    params = {"not_sent": list(NOT_SENT_OUTCOMES), "observed": list(OBSERVATION_OUTCOMES)}
+    params = {"not_sent": sql_list(NOT_SENT), "observed": sql_list(OBSERVED)}
     row = con.sql(_CYCLE_SQL, params=params).fetchall()[0]
     names = [
         "fetched",

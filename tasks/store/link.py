@@ -57,7 +57,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from models.fetching.validators import judge_last_modified
-from models.schemas import HISTORY_SCHEMA, OBSERVATION_OUTCOMES
+from models.outcomes import OBSERVED, sql_list
+from models.schemas import HISTORY_SCHEMA
 
 #: Bits of a row's position below the part index (a part of up to 2**40 rows).
 PART_SHIFT = 40
@@ -95,8 +96,14 @@ AGES_SCHEMA = pa.schema(
     ]
 )
 
-# The queries spell out OBSERVATION_OUTCOMES and PART_SHIFT (no SQL is built from strings).
-assert set(OBSERVATION_OUTCOMES) == {"ok", "not_modified"} and PART_SHIFT == 40
+# The queries spell out PART_SHIFT (no SQL is built from strings) and bind the outcome
+# classes (``OUTCOME_PARAMS``).
+assert PART_SHIFT == 40
+#: The outcome a page's last prior observation walks with: an observation (``OBSERVED``).
+PRIOR_OUTCOME = "ok"
+assert PRIOR_OUTCOME in OBSERVED
+#: The outcome parameters of the queries below.
+OUTCOME_PARAMS: dict[str, object] = {"observed": sql_list(OBSERVED)}
 
 #: ``lm_days(header)``: a raw Last-Modified in days since the epoch, parsed as RFC 9110
 #: section 5.6.7 says (the IMF-fixdate and the two obsolete forms a recipient must accept;
@@ -121,7 +128,7 @@ SELECT url_id, max(fetched_at) AS last_at,
 FROM (
     SELECT url_id, fetched_at, record_hash, lm_days(last_modified) AS lm
     FROM prior_history
-    WHERE outcome IN ('ok', 'not_modified') AND hash(url_id) % $buckets = $bucket
+    WHERE outcome IN (SELECT unnest($observed)) AND hash(url_id) % $buckets = $bucket
 )
 GROUP BY url_id
 """
@@ -130,7 +137,7 @@ _PRIOR_ROWS_SQL = """
 SELECT l.url_id, l.last_at AS fetched_at, p.record_hash, l.last_lm
 FROM prior_last l LEFT JOIN prior_history p
     ON p.url_id = l.url_id AND p.fetched_at = l.hash_at
-   AND p.record_hash IS NOT NULL AND p.outcome IN ('ok', 'not_modified')
+   AND p.record_hash IS NOT NULL AND p.outcome IN (SELECT unnest($observed))
 """
 
 # The prior row carries the page's last Last-Modified as its own: the cycle's first
@@ -142,7 +149,8 @@ SELECT url_id, true AS in_cycle, fetched_at,
        lm_days(last_modified) AS lm
 FROM staged WHERE hash(url_id) % $buckets = $bucket
 UNION ALL
-SELECT url_id, false, fetched_at, NULL, 'ok', record_hash, NULL, NULL, last_lm FROM prior_rows
+SELECT url_id, false, fetched_at, NULL, $prior_outcome, record_hash, NULL, NULL, last_lm
+FROM prior_rows
 ORDER BY url_id, in_cycle, fetched_at, pos
 """
 
@@ -212,7 +220,7 @@ class LinkPass:
         record_hash = batch.column("record_hash").filter(mask).cast(pa.string())
         given = batch.column("given_changed").filter(mask)
         pos = batch.column("pos").filter(mask)
-        observed = pc.is_in(outcome, pa.array(OBSERVATION_OUTCOMES)).to_numpy(zero_copy_only=False)
+        observed = pc.is_in(outcome, pa.array(sql_list(OBSERVED))).to_numpy(zero_copy_only=False)
         lm = _floats(batch.column("lm").filter(mask))
         lm = np.where(lm >= FIRST_WEB_DAY, lm, np.nan)  # NaN stays NaN
 
@@ -399,7 +407,9 @@ def link_staged(
         for bucket in range(buckets):
             which = {"buckets": buckets, "bucket": bucket}
             con.register("prior_rows", _prior_rows(con, prior_files, work, which))
-            sorted_keys = con.sql(_SORTED_KEYS_SQL, params=which)
+            sorted_keys = con.sql(
+                _SORTED_KEYS_SQL, params={**which, "prior_outcome": PRIOR_OUTCOME}
+            )
             with sorted_keys.to_arrow_reader(batch_size=batch_rows) as reader:
                 for batch in reader:
                     linked, ages = walk.step(batch)
@@ -416,10 +426,10 @@ def _prior_rows(
         fields = [HISTORY_SCHEMA.field(c) for c in ("url_id", "fetched_at", "record_hash")]
         return con.from_arrow(pa.schema([*fields, pa.field("last_lm", pa.float64())]).empty_table())
     last_path = work / f"prior_last-{which['bucket']}.parquet"
-    con.sql(_PRIOR_LAST_SQL, params=which).to_parquet(str(last_path))
+    con.sql(_PRIOR_LAST_SQL, params={**which, **OUTCOME_PARAMS}).to_parquet(str(last_path))
     con.register("prior_last", con.read_parquet(str(last_path)))
     prior_path = work / f"prior-{which['bucket']}.parquet"
-    con.sql(_PRIOR_ROWS_SQL).to_parquet(str(prior_path))
+    con.sql(_PRIOR_ROWS_SQL, params=OUTCOME_PARAMS).to_parquet(str(prior_path))
     return con.read_parquet(str(prior_path))
 
 

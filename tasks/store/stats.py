@@ -19,6 +19,7 @@ from pathlib import Path
 
 import duckdb
 
+from models.outcomes import OBSERVED, sql_list
 from models.schemas import LM_EVIDENCE_COLUMNS, PAGE_AGE_FIELDS, PAGE_STATS_SCHEMA
 
 INTERVAL_COLUMNS: tuple[str, ...] = tuple(PAGE_STATS_SCHEMA.names[2:])
@@ -53,9 +54,10 @@ assert LM_EVIDENCE_COLUMNS == (
     "lm_now",
 )
 
-# Every page with a linked interval or an observation in {rows}, or a judged observation
-# in {ages} (``AGES_SCHEMA``): its host, interval sums and age sums (zeros for a page seen
-# once). One aggregate over both (a union, not a join: one blocking operator).
+# Every page with a {kept} row in {rows} (a linked interval, or an observation), or a
+# judged observation in {ages} (``AGES_SCHEMA``): its host, interval sums and age sums
+# (zeros for a page seen once). One aggregate over both (a union, not a join: one blocking
+# operator).
 _PAGE_SUMS_SQL = """
 SELECT url_id, any_value(host) AS host,
        count(*) FILTER (WHERE linked) AS n_intervals,
@@ -88,8 +90,7 @@ FROM (
         SELECT url_id, host, interval_days, changed,
                interval_days IS NOT NULL AND changed IS NOT NULL AS linked
         FROM {rows}
-        WHERE (interval_days IS NOT NULL AND changed IS NOT NULL)
-           OR outcome IN ('ok', 'not_modified')
+        WHERE {kept}
     )
     UNION ALL
     SELECT url_id, NULL, false, NULL, NULL, NULL, code, aged, dated, age, hit, t FROM {ages}
@@ -165,9 +166,20 @@ WHERE n_intervals > 0
 """
 
 
+#: Rows that add to a page's sums: a linked interval, or an observation (``$observed``,
+#: ``OUTCOME_PARAMS``: it carries the page's host where its judged observations do not).
+_ROWS_KEPT = (
+    "(interval_days IS NOT NULL AND changed IS NOT NULL) OR outcome IN (SELECT unnest($observed))"
+)
+#: The interval statistics alone keep pages with an interval, whose linked rows carry the
+#: host: the other observations add nothing there (and the query binds no parameter).
+_LINKED_KEPT = "interval_days IS NOT NULL AND changed IS NOT NULL"
+#: The outcome parameters of the queries that keep ``_ROWS_KEPT`` rows.
+OUTCOME_PARAMS: dict[str, object] = {"observed": sql_list(OBSERVED)}
+
 # The queries the functions below run, built once from constant relation names (no SQL
 # text is built at run time).
-_ROWS_SUMS_SQL = _PAGE_SUMS_SQL.format(rows="sum_rows", ages="judged")
+_ROWS_SUMS_SQL = _PAGE_SUMS_SQL.format(rows="sum_rows", ages="judged", kept=_ROWS_KEPT)
 _CHANGE_SQL = _COMBINE_SQL.format(a="stats_added", b="stats_removed", op="-")
 _ADDED_SQL = _KEPT_SQL.format(stats=_COMBINE_SQL.format(a="stats_base", b="stats_change", op="+"))
 _REPLACED_SQL = _KEPT_SQL.format(
@@ -179,7 +191,7 @@ _KEPT_FULL_SQL = _KEPT_SQL.format(stats="SELECT * FROM stats_full")
 def stats_sql(source: str) -> str:
     """The per-page interval statistics (``PAGE_STATS_SCHEMA``, pages with an interval)
     over a named relation of history rows (a view or table)."""
-    pages = _PAGE_SUMS_SQL.format(rows=source, ages=f"({_NO_AGES_SQL})")
+    pages = _PAGE_SUMS_SQL.format(rows=source, ages=f"({_NO_AGES_SQL})", kept=_LINKED_KEPT)
     return _STATS_SQL.format(pages=pages)
 
 
@@ -193,7 +205,7 @@ def rows_sums(
     con.register("sum_rows", rows)
     con.register("judged", con.read_parquet(ages))
     sums = work / "sums.parquet"
-    con.sql(_ROWS_SUMS_SQL).to_parquet(str(sums))
+    con.sql(_ROWS_SUMS_SQL, params=OUTCOME_PARAMS).to_parquet(str(sums))
     return con.read_parquet(str(sums))
 
 
