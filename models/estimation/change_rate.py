@@ -41,6 +41,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from models.estimation.gamma_core import (
+    MAX_AGED_RATE,
     MAX_RATE,
     MIN_RATE,
     _checked_gamma,
@@ -65,6 +66,7 @@ from models.estimation.rate_prior import fit_group_priors
 
 __all__ = [
     "FALLBACKS",
+    "MAX_AGED_RATE",
     "MAX_RATE",
     "MIN_RATE",
     "PRIOR_NAMES",
