@@ -65,6 +65,11 @@ RETRYABLE = frozenset({"timeout", "throttled", "truncated"})
 #: Another attempt could succeed when there is no status (a network error) or the status
 #: is a transient one (``models.fetching.politeness.RETRYABLE_STATUS``).
 RETRYABLE_IF_TRANSIENT = frozenset({"error"})
+#: A 200 answer whose body was read: the rows that carry a record hash, a simhash and links.
+WITH_BODY = frozenset({"ok"})
+#: The host cannot be reached at all (its address is refused, TLS to it fails): when its
+#: robots.txt request ends so, every page of the host is recorded with that outcome.
+HOST_UNREACHABLE = frozenset({"refused_address", "tls_error"})
 
 #: Every class, by name (the names above).
 CLASSES: dict[str, frozenset[str]] = {
@@ -77,6 +82,8 @@ CLASSES: dict[str, frozenset[str]] = {
     "CONNECTION_FAILED": CONNECTION_FAILED,
     "RETRYABLE": RETRYABLE,
     "RETRYABLE_IF_TRANSIENT": RETRYABLE_IF_TRANSIENT,
+    "WITH_BODY": WITH_BODY,
+    "HOST_UNREACHABLE": HOST_UNREACHABLE,
 }
 
 

@@ -58,6 +58,7 @@ from models.discovery.admission import (
 from models.discovery.links import PageLinks, page_links
 from models.discovery.seen import ExactSeenSet
 from models.discovery.urls import InvalidURLError, canonical, url_host, url_id
+from models.outcomes import WITH_BODY, sql_list
 from tasks.discovery.run import DiscoverySettings, land
 from tasks.fetch.robots import RobotsCache, RobotsRules
 from tasks.fetch.rows import RecordDigest, RecordHasher
@@ -432,13 +433,14 @@ def _add_targets(
     return {p.candidate.url for p in screened.new}
 
 
-# Each catalog page's latest fingerprint (an ``ok`` answer's; a 304 repeats it).
+# Each catalog page's latest fingerprint (an answer with a body; a 304 repeats it).
 _FINGERPRINTS = """
 SELECT c.url_id, c.url, c.value, c.canonical IS NOT NULL AS demoted, c.near_duplicate_of,
        h.simhash, h.cycle_id
 FROM (SELECT url_id, arg_max(simhash, fetched_at) AS simhash,
              arg_max(cycle_id, fetched_at) AS cycle_id
-      FROM history WHERE outcome = 'ok' AND simhash IS NOT NULL AND simhash <> 0
+      FROM history
+      WHERE outcome IN (SELECT unnest($with_body)) AND simhash IS NOT NULL AND simhash <> 0
       GROUP BY url_id) h
 JOIN catalog c USING (url_id)
 """
@@ -457,7 +459,11 @@ def _near_duplicates(
     con = connect()
     con.register("history", store.relation(con))
     con.register("catalog", catalog.relation(con))
-    pages = con.sql(_FINGERPRINTS).to_arrow_table().sort_by("url_id")
+    pages = (
+        con.sql(_FINGERPRINTS, params={"with_body": sql_list(WITH_BODY)})
+        .to_arrow_table()
+        .sort_by("url_id")
+    )
     flagged_before = con.sql(
         "SELECT url_id FROM catalog WHERE near_duplicate_of IS NOT NULL"
     ).fetchnumpy()["url_id"]

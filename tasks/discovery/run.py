@@ -50,6 +50,7 @@ from models.discovery.links import links_from_html
 from models.discovery.seen import BloomFilter, ExactSeenSet
 from models.discovery.urls import InvalidURLError, normalize
 from models.fetching.robots_policy import RobotsVerdict
+from models.outcomes import WITH_BODY, sql_list
 from tasks.discovery.sitemaps import (
     DEADLINE_REASONS,
     SitemapReader,
@@ -361,8 +362,10 @@ def near_duplicate_multipliers(root: str | Path) -> dict[str, float]:
     rows = con.sql(
         """SELECT h.url_id, c.url, h.simhash FROM (
                SELECT url_id, arg_max(simhash, fetched_at) AS simhash FROM history_rows
-               WHERE simhash IS NOT NULL AND outcome = 'ok' GROUP BY url_id) h
-           JOIN catalog_rows c USING (url_id)"""
+               WHERE simhash IS NOT NULL AND outcome IN (SELECT unnest($with_body))
+               GROUP BY url_id) h
+           JOIN catalog_rows c USING (url_id)""",
+        params={"with_body": sql_list(WITH_BODY)},
     ).fetchnumpy()
     if len(rows["url_id"]) < 2:
         return {}

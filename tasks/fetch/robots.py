@@ -26,13 +26,14 @@ from models.fetching.robots_policy import (
     robots_text,
     verdict_for_status,
 )
+from models.outcomes import HOST_UNREACHABLE
 from tasks.fetch.attempt import REDIRECT_STATUS, BodyLimits, Route, exchange
 from tasks.fetch.transport_errors import classify_failure, stray_cancellation
 
 log = logging.getLogger(__name__)
 #: Failures of a host's own robots.txt request that doom every page of it: the pages are
-#: recorded with this outcome (the address is refused, TLS to it fails) rather than denied.
-HOST_FAILURES = frozenset({"refused_address", "tls_error"})
+#: recorded with this outcome rather than denied (``models.outcomes.HOST_UNREACHABLE``).
+HOST_FAILURES = HOST_UNREACHABLE
 
 
 @dataclass(frozen=True)
