@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,17 +26,19 @@ import numpy as np
 import pandas as pd
 
 from models.backtest.realized import Events
+from models.outcomes import OBSERVED, sql_list
 from tasks.reports.cycle_report import (
     REPORTS,
     CycleNumbers,
     embed_plots,
+    plot_paths,
     record_cycle,
     report_dir,
     summary_markdown,
-    write_plots,
+    write_freshness_plot,
 )
 from tasks.store.catalog import CatalogStore
-from tasks.store.durable import durable_write_bytes, durable_write_text
+from tasks.store.durable import durable_write_text
 from tasks.store.history import HistoryStore, connect
 
 _DAY = 86_400.0
@@ -96,7 +97,8 @@ def visit_events(root: str | Path, pages: pd.DataFrame, origin: datetime) -> Eve
     frame = con.sql(
         """SELECT p.code, epoch_us(h.fetched_at) / 1e6 AS ts
            FROM history h JOIN pages p USING (url_id)
-           WHERE h.outcome IN ('ok', 'not_modified')"""
+           WHERE h.outcome IN (SELECT unnest($observed))""",
+        params={"observed": sql_list(OBSERVED)},
     ).fetchnumpy()
     return Events(
         np.asarray(frame["code"], dtype=np.int64),
@@ -201,17 +203,10 @@ def _native(value: Any) -> Any:
 def _redraw_freshness(
     root: str | Path, cycle: int, cycles: pd.DataFrame, numbers: CycleNumbers
 ) -> dict[str, Path]:
-    """Draw the freshness plot again; the cycle's plots (as ``write_plots`` names them).
-
-    ``write_plots`` draws all three, the rate histogram from the rate estimates, which
-    the truth does not change: they are drawn into a scratch folder and only the
-    freshness plot is kept, so the estimates need not be computed again.
-    """
-    folder = report_dir(root, cycle)
-    with tempfile.TemporaryDirectory(prefix="truth-plots-") as scratch:
-        drawn = write_plots(scratch, cycle, cycles, numbers, np.empty(0))
-        durable_write_bytes(folder / drawn["freshness"].name, drawn["freshness"].read_bytes())
-        return {name: folder / path.name for name, path in drawn.items()}
+    """Draw the freshness plot again (the other two do not depend on the truth); the
+    cycle's plots as ``write_plots`` names them."""
+    write_freshness_plot(root, cycle, cycles)
+    return plot_paths(root, cycle)
 
 
 def _summary_lines(numbers: CycleNumbers) -> list[str]:

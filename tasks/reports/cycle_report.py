@@ -224,18 +224,24 @@ def _save_png(fig: Figure, path: Path) -> None:
     durable_write_bytes(path, buffer.getvalue())
 
 
-def write_plots(
-    root: str | Path,
-    cycle_id: int,
-    cycles: pd.DataFrame,
-    numbers: CycleNumbers,
-    rates: np.ndarray,
-) -> dict[str, Path]:
-    """Freshness over cycles, budget by slice, rate distribution: PNGs in the cycle's folder."""
-    folder = report_dir(root, cycle_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = {}
+#: Each cycle plot's file in the cycle's report folder, by its name in ``write_plots``.
+PLOT_FILES = {
+    "freshness": "freshness.png",
+    "budget": "budget_by_slice.png",
+    "rates": "rate_distribution.png",
+}
 
+
+def plot_paths(root: str | Path, cycle_id: int) -> dict[str, Path]:
+    """Where ``write_plots`` puts the cycle's plots (whether drawn yet or not)."""
+    folder = report_dir(root, cycle_id)
+    return {name: folder / file for name, file in PLOT_FILES.items()}
+
+
+def write_freshness_plot(root: str | Path, cycle_id: int, cycles: pd.DataFrame) -> Path:
+    """Freshness over the cycles so far (expected; realized where a truth gave it)."""
+    path = plot_paths(root, cycle_id)["freshness"]
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = _figure()
     ax.plot(cycles["cycle_id"], cycles["expected_freshness"], marker="o", label="expected (model)")
     if cycles["realized_freshness"].notna().any():
@@ -248,15 +254,26 @@ def write_plots(
     ax.set_ylabel("freshness")
     ax.set_ylim(-0.02, 1.02)  # points at 0 and 1 stay whole
     ax.legend(loc="best")
-    paths["freshness"] = folder / "freshness.png"
-    _save_png(fig, paths["freshness"])
+    _save_png(fig, path)
+    return path
+
+
+def write_plots(
+    root: str | Path,
+    cycle_id: int,
+    cycles: pd.DataFrame,
+    numbers: CycleNumbers,
+    rates: np.ndarray,
+) -> dict[str, Path]:
+    """Freshness over cycles, budget by slice, rate distribution: PNGs in the cycle's folder."""
+    paths = plot_paths(root, cycle_id)
+    write_freshness_plot(root, cycle_id, cycles)
 
     fig, ax = _figure()
     names = list(numbers.spent_by_slice)
     ax.bar(names, [numbers.spent_by_slice[n] for n in names], color="tab:blue")
     ax.set_ylabel("budget spent (planned)")
     ax.set_title(f"cycle {cycle_id}: budget by slice")
-    paths["budget"] = folder / "budget_by_slice.png"
     _save_png(fig, paths["budget"])
 
     fig, ax = _figure()
@@ -265,7 +282,6 @@ def write_plots(
         ax.hist(np.log10(positive), bins=40, color="tab:green")
     ax.set_xlabel("log10 estimated change rate (per day)")
     ax.set_ylabel("pages")
-    paths["rates"] = folder / "rate_distribution.png"
     _save_png(fig, paths["rates"])
     return paths
 
