@@ -259,7 +259,7 @@ def test_per_page_prior_gives_exact_interval_for_pages_without_change():
 
 
 def test_chunked_moment_path_matches_unchunked_node_path(monkeypatch):
-    import models.estimation.change_rate as change_rate
+    import models.estimation.gamma_core as gamma_core
     import models.estimation.rate_solver as rate_solver
 
     rng = np.random.default_rng(8)
@@ -278,7 +278,7 @@ def test_chunked_moment_path_matches_unchunked_node_path(monkeypatch):
         *[np.bincount(ids, tc**k, p) for k in (1, 2, 3)],
     )
     whole = estimate_from_stats(exact, groups=groups)
-    monkeypatch.setattr(change_rate, "CHUNK_PAGES", 700)
+    monkeypatch.setattr(gamma_core, "CHUNK_PAGES", 700)
     monkeypatch.setattr(rate_solver, "CHUNK_PAGES", 700)
     chunked = estimate_from_moments(moments, groups=groups)
     for field in ("rate", "rate_low", "rate_high", "log_std", "prior_rate"):

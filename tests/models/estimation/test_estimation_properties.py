@@ -190,7 +190,7 @@ def nan_rates(stats):
     [
         ("mixture", "models.estimation.mixture_prior.fit_mixture_prior", broken, "empirical"),
         ("empirical", "models.estimation.change_rate.fit_group_priors", broken, "weak"),
-        ("none", "models.estimation.change_rate._smoothed_mle", nan_rates, "weak"),
+        ("none", "models.estimation.gamma_core._smoothed_mle", nan_rates, "weak"),
     ],
 )
 def test_a_prior_that_cannot_be_fitted_gives_way_to_a_weaker_one(
