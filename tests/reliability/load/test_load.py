@@ -6,8 +6,10 @@ into host batches, ``run_host_batch`` four at a time, commit). What must hold wh
 machine's load: every page gets exactly one row, the healthy hosts' pages are all fetched,
 no batch ever queues more than its bound, and the server's log shows no host was paced
 faster than the rules allow, sent more than one request at a time or retried before its
-Retry-After. Time constants are scaled down (0.02 s minimum gap, 2 s timeout); a 25 s batch
-window ends the failing hosts' tails.
+Retry-After. Time constants are scaled down (0.02 s minimum gap, 2 s timeout). No batch
+window: a 25 s one shed healthy hosts' last pages when the machine was busy (make test's
+parts run side by side), and "all healthy pages fetched" must not depend on the machine's
+speed; the failing hosts' tails end by their own retry limits (about 100 s, mostly waiting).
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ SETTINGS = {
     "max_batch_urls": 600,  # the engine's own bound, above a batch's 500 URLs + robots.txt
     "seed": 81,
 }
-MAX_URLS, MAX_HOSTS, PARALLEL, WINDOW_S = 500, 50, 4, 25.0
+MAX_URLS, MAX_HOSTS, PARALLEL = 500, 50, 4
+WINDOW_S: float | None = None
 
 
 def test_a_cycle_over_200_hosts_with_20_failing_stays_polite_bounded_and_complete(tmp_path):
