@@ -120,8 +120,3 @@ register_policy("oracle-groups")(_group_oracle)
 
 #: The variants' names, in registration order (the ones this module registered).
 VARIANTS = tuple(name for name, build in FACTORIES.items() if build.__module__ == __name__)
-
-
-def register_variants() -> None:
-    """Does nothing: the variants are registered when this module is imported (which
-    ``models.backtest.runner`` does). Kept for callers written when this filled the table."""

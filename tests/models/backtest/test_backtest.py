@@ -28,7 +28,6 @@ from models.backtest.runner import (
     run_backtest,
 )
 from models.backtest.sim import PolicyViolationError, simulate
-from models.backtest.variants import register_variants
 from models.backtest.web import (
     BacktestInputError,
     ChangeStream,
@@ -268,7 +267,6 @@ def test_learners_never_read_the_true_rates():
     config = BacktestConfig(pages=600, days=6, budget_share=0.2)
     budget = workload.web.budget_for_share(0.2)
     ctx = PolicyContext(hidden, budget, config)  # type: ignore[arg-type]
-    register_variants()
     learners = [name for name in FACTORIES if "oracle" not in name]
     policies = build_policies(learners, ctx)
     daily, _ = simulate(workload.web, changes, policies, 6, budget)

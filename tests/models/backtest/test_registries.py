@@ -13,7 +13,7 @@ import pytest
 
 from models.backtest.registry import check_policy_names, register_policy
 from models.backtest.runner import FACTORIES, POLICIES, BacktestConfig, run_backtest
-from models.backtest.variants import VARIANTS, register_variants
+from models.backtest.variants import VARIANTS
 from models.backtest.web import BacktestInputError
 from models.planning.cost import COST_MODELS, CostModelName
 
@@ -66,7 +66,6 @@ def test_running_a_backtest_does_not_change_the_registry():
     # Equality of the dict compares the factories by identity: re-registering a variant
     # (a new closure) under its old name would show too. A structural check: a tiny web.
     before = dict(FACTORIES)
-    register_variants()  # kept for old callers; registers nothing
     names = ("planner", "planner+lean", "oracle-groups", "uniform")
     result = run_backtest(BacktestConfig(pages=600, days=4, budget_share=0.2, policies=names))
     assert [row.name for row in result.summary] == list(names)
