@@ -135,8 +135,9 @@ def test_every_hostile_server_ends_bounded_with_its_own_outcome(servers, loopbac
         HOSTILE[name] = row["outcome"]
         if row["outcome"] != outcome or not re.search(pattern, row["reason"] or ""):
             wrong[name] = (row["outcome"], row["reason"])
-        # Bounded time: no attempt outlived its total limit (slack for a loaded machine).
-        assert (row["latency_s"] or 0.0) <= TIMEOUT_S + 1.0, (name, row["latency_s"])
+        # Bounded time: no attempt outlived its total limit by more than a starved event
+        # loop's lateness (3 s of slack: a hang, or a limit not enforced, is far over).
+        assert (row["latency_s"] or 0.0) <= TIMEOUT_S + 3.0, (name, row["latency_s"])
     assert not wrong, wrong
     assert rows[hostile["invalid UTF-8, wrong charset"]]["record_hash"]  # extracted, hashed
 
