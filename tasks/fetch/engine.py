@@ -454,6 +454,8 @@ class _Batch:
         digest: RecordDigest | None = None
         if attempt.outcome == "ok" and attempt.body is not None:
             hashed = self.hasher(attempt.body, attempt.content_type, attempt.final_url or item.url)
+            if not isinstance(hashed, str | RecordDigest):  # offloaded (tasks.cycle.offload)
+                hashed = await hashed
             digest = hashed if isinstance(hashed, RecordDigest) else RecordDigest(hashed)
             record = digest.record_hash
             if request.etag is not None or request.last_modified is not None:
