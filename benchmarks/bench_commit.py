@@ -1,29 +1,34 @@
-"""Commit memory: peak RSS of ``commit_cycle`` at two cycle sizes, streamed vs the old path.
+"""Commit time and memory: ``commit_cycle`` against writing the same rows as one Parquet file.
 
-    .venv/bin/python benchmarks/bench_commit.py [--rows 100000,400000,1600000] [--batch-rows 2000]
-                                                [--modes streamed,reference,unchecked]
+    .venv/bin/python benchmarks/bench_commit.py [--rows 1000000] [--batch-rows 2000]
+                                                [--prior-cycles 1]
+                                                [--modes streamed,parquet,reference,unchecked]
                                                 [--reference-commit d0747de] [--repeat 1]
 
-For each size, a store is prepared once (in this process, not measured): cycle 0 holds every
-page once (``ok``), and cycle 1 is split into batches of ``--batch-rows`` pages whose parts
-are on disk as the fetch left them (85 % ``ok`` with a fifth of the record hashes changed,
-8 % ``not_modified``, 7 % errors and timeouts; 50 pages a host). Each mode then commits
-cycle 1 from a fresh copy of that store, in a fresh process, so peak RSS (``ru_maxrss``)
-is the commit's own:
+For each size, a store is prepared once (in this process, not measured): cycles 0 ..
+``--prior-cycles`` - 1 hold every page once (``ok``), and the next cycle is split into
+batches of ``--batch-rows`` pages whose parts are on disk as the fetch left them (85 % ``ok``
+with a fifth of the record hashes changed, 8 % ``not_modified``, 7 % errors and timeouts; 50
+pages a host). Each mode then runs from a fresh copy of that store, in a fresh process, so
+peak RSS (``VmHWM``) and time are its own:
 
-- ``streamed``: this tree's ``tasks.cycle.work.commit_cycle`` (parts staged one at a time, one
-  DuckDB query under a memory limit streamed into the Parquet file, statistics aggregated
-  from it);
+- ``streamed``: this tree's ``tasks.cycle.work.commit_cycle`` (parts staged one at a time,
+  deduplication and links on the rows' keys, the data file and the statistics streamed;
+  durable, atomic, digests recorded);
+- ``parquet``: the peer, the ceiling of issue 19: the cycle's parts read into one Arrow table
+  (not timed), then written as one Parquet file by ``pq.write_table`` with its defaults
+  (``parquet``'s time) and again with the store's options, zstd (printed beside it);
 - ``reference``: the commit as it was at ``--reference-commit`` (``git show`` of that
   commit's ``tasks/store/history.py`` and ``tasks/archive/cycle.py`` loaded as modules): every
   part read into one Arrow table, deduplicated, linked and conformed as Arrow tables;
 - ``unchecked``: ``streamed`` with the store's file digests switched off
-  (``benchmarks/digest_peer.py``): what checking cycle 0's part and the statistics before
-  the commit and hashing the two files it writes cost (``streamed`` / ``unchecked``).
+  (``benchmarks/digest_peer.py``): what checking the history and the statistics before
+  the commit and hashing the files it writes cost (``streamed`` / ``unchecked``).
 
-The RSS increase is the peak (``VmHWM``) minus the RSS just before the commit (after
-the imports).
-Both modes' published cycle 1 is compared row by row (same rows, same values) and its
+Printed: the table, the ratio commit / one Parquet file (issue 19's target: at most 3x at
+1,000,000 rows), the command, and the machine's load average before and after each size.
+The RSS increase is the peak minus the RSS just before the commit (after the imports).
+The commit modes' published cycle is compared row by row (same rows, same values) and its
 Parquet schema is checked against ``HISTORY_SCHEMA``.
 """
 
@@ -47,7 +52,9 @@ sys.path.insert(0, str(ROOT))
 
 #: The last commit before the streamed commit (issue 8): the reference implementation.
 REFERENCE_COMMIT = "d0747de"
-MODES = ("streamed", "reference", "unchecked")
+MODES = ("streamed", "parquet", "reference", "unchecked")
+#: The commit modes (the others publish nothing).
+COMMITS = ("streamed", "reference", "unchecked")
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 PAGES_PER_HOST = 50
 
@@ -108,16 +115,19 @@ def cycle_rows(pages: int, cycle_id: int, seed: int) -> object:
     return pa.table(columns)
 
 
-def prepare(root: Path, pages: int, batch_rows: int) -> None:
-    """Cycle 0 published; cycle 1's batches and parts on disk, ready for ``commit_cycle``."""
+def prepare(root: Path, pages: int, batch_rows: int, prior_cycles: int = 1) -> int:
+    """Cycles ``0 .. prior_cycles - 1`` published; the next cycle's batches and parts on disk,
+    ready for ``commit_cycle``; return that cycle's id."""
     import pyarrow.parquet as pq
 
     from tasks.cycle.work import INDEX, work_dir
     from tasks.store.history import HistoryStore, validate_history_rows
 
-    HistoryStore(root).write_cycle(0, cycle_rows(pages, 0, seed=1))
-    rows = validate_history_rows(cycle_rows(pages, 1, seed=1), 1, linked=False)
-    folder = work_dir(root, 1)
+    for prior in range(prior_cycles):
+        HistoryStore(root).write_cycle(prior, cycle_rows(pages, prior, seed=1))
+    cycle = prior_cycles
+    rows = validate_history_rows(cycle_rows(pages, cycle, seed=1), cycle, linked=False)
+    folder = work_dir(root, cycle)
     (folder / "parts").mkdir(parents=True)
     (folder / "batches").mkdir()
     batches = []
@@ -129,6 +139,7 @@ def prepare(root: Path, pages: int, batch_rows: int) -> None:
         path = str(folder / "batches" / f"{name}.parquet")
         batches.append({"name": name, "path": path, "hosts": hosts, "urls": part.num_rows})
     (folder / INDEX).write_text(json.dumps({"batches": batches}))
+    return cycle
 
 
 # ---------------------------------------------------------------------- commits
@@ -178,8 +189,29 @@ def _status_mb(field: str) -> float:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
+def parquet_peer(root: Path, cycle_id: int) -> dict[str, float]:
+    """The peer: the cycle's parts as one Arrow table (not timed), written as one Parquet
+    file with ``pq.write_table``'s defaults (timed), then with the store's zstd (timed)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tasks.cycle.work import read_batches, read_part, work_dir
+
+    folder = work_dir(root, cycle_id)
+    parts = [folder / "parts" / f"{s.name}.parquet" for s in read_batches(root, cycle_id)]
+    rows = pa.concat_tables([read_part(str(p)) for p in parts]).combine_chunks()
+    started = time.perf_counter()
+    pq.write_table(rows, root / "peer.parquet")
+    seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    pq.write_table(rows, root / "peer-zstd.parquet", compression="zstd")
+    zstd = time.perf_counter() - started
+    return {"rows": rows.num_rows, "seconds": seconds, "zstd_seconds": zstd}
+
+
 def child(mode: str, root: Path, commit: str) -> None:
-    """Commit cycle 1 of ``root`` in this fresh process and print the figures as JSON."""
+    """Run ``mode`` on the pending cycle of ``root`` in this fresh process and print the
+    figures as JSON."""
     import duckdb  # noqa: F401  (imported before the baseline by both modes)
     import pandas  # noqa: F401
     import pyarrow  # noqa: F401
@@ -192,16 +224,21 @@ def child(mode: str, root: Path, commit: str) -> None:
             ("tasks/archive/cycle.py", "cycle_archive_reference"),
         ):
             _git_module(commit, path, name)  # compile before the baseline too
+    cycle = int((root / "pending-cycle").read_text())
     before = _status_mb("VmRSS")
+    if mode == "parquet":
+        peer = parquet_peer(root, cycle)
+        print(json.dumps({**peer, "rss_before": before, "peak": _status_mb("VmHWM")}))
+        return
     started = time.perf_counter()
     if mode == "unchecked":
         from benchmarks.digest_peer import switch_off_digests
 
         switch_off_digests()
     if mode in ("streamed", "unchecked"):
-        rows = tasks.cycle.work.commit_cycle(root, 1).rows
+        rows = tasks.cycle.work.commit_cycle(root, cycle).rows
     else:
-        rows = reference_commit(root, 1, commit)
+        rows = reference_commit(root, cycle, commit)
     seconds = time.perf_counter() - started
     peak = _status_mb("VmHWM")
     print(json.dumps({"rows": rows, "seconds": seconds, "rss_before": before, "peak": peak}))
@@ -222,8 +259,8 @@ def _run_child(mode: str, root: Path, commit: str) -> dict[str, float]:
     return result
 
 
-def _same_cycle(a: Path, b: Path) -> None:
-    """Both stores published the same cycle 1, row for row, in HISTORY_SCHEMA."""
+def _same_cycle(a: Path, b: Path, cycle: int) -> None:
+    """Both stores published the same ``cycle``, row for row, in HISTORY_SCHEMA."""
     import pyarrow.parquet as pq
 
     from models.schemas import HISTORY_SCHEMA
@@ -233,7 +270,7 @@ def _same_cycle(a: Path, b: Path) -> None:
     tables, stats = [], []
     for root in (a, b):
         store = HistoryStore(root)
-        files = store.files([1], verify=False)
+        files = store.files([cycle], verify=False)
         for path in files:
             assert pq.read_schema(path).remove_metadata() == HISTORY_SCHEMA, path
         order = [("url_id", "ascending"), ("fetched_at", "ascending")]
@@ -245,9 +282,12 @@ def _same_cycle(a: Path, b: Path) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="100000,400000,1600000")
+    parser.add_argument("--rows", default="1000000")
     parser.add_argument("--batch-rows", type=int, default=2000)
-    parser.add_argument("--modes", default="streamed,reference")
+    parser.add_argument("--modes", default="streamed,parquet")
+    parser.add_argument(
+        "--prior-cycles", type=int, default=1, help="published cycles before the committed one"
+    )
     parser.add_argument("--reference-commit", default=REFERENCE_COMMIT)
     parser.add_argument("--repeat", type=int, default=1, help="commits per mode and size")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "ROOT"))
@@ -260,28 +300,35 @@ def main(argv: list[str]) -> int:
     if unknown := set(modes) - set(MODES):
         parser.error(f"unknown mode(s) {sorted(unknown)}; one of {', '.join(MODES)}")
     results: dict[tuple[str, int], dict[str, float]] = {}
+    loads: dict[int, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-commit-") as tmp:
         for pages in sizes:
             template = Path(tmp) / f"template-{pages}"
-            prepare(template, pages, args.batch_rows)
+            cycle = prepare(template, pages, args.batch_rows, args.prior_cycles)
+            (template / "pending-cycle").write_text(str(cycle))
+            load_before = os.getloadavg()[0]
             runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
-            for repeat in range(args.repeat):  # modes alternate, each commit on a fresh copy
+            for repeat in range(args.repeat):  # modes alternate, each on a fresh copy
                 roots = []
                 for mode in modes:
                     root = Path(tmp) / f"{mode}-{pages}-{repeat}"
                     shutil.copytree(template, root)
                     runs[mode].append(_run_child(mode, root, args.reference_commit))
                     roots.append(root)
-                for other in roots[1:]:
-                    _same_cycle(roots[0], other)
+                committed = [r for r, m in zip(roots, modes, strict=True) if m in COMMITS]
+                for other in committed[1:]:
+                    _same_cycle(committed[0], other, cycle)
                 for root in roots:
                     shutil.rmtree(root)
             for mode, done in runs.items():
                 median = sorted(done, key=lambda r: r["seconds"])[len(done) // 2]
                 results[mode, pages] = {**median, "peak": max(r["peak"] for r in done)}
+            loads[pages] = (load_before, os.getloadavg()[0])
             shutil.rmtree(template)
+    print("command: .venv/bin/python benchmarks/bench_commit.py " + " ".join(argv))
     print(
-        f"commit of cycle 1 (parts of {args.batch_rows} rows); {os.cpu_count()} cores; "
+        f"commit of cycle {args.prior_cycles} over {args.prior_cycles} published cycle(s) "
+        f"(parts of {args.batch_rows} rows); {os.cpu_count()} cores; "
         f"median time of {args.repeat} run(s), highest peak"
     )
     print("| mode | rows | time | RSS before | peak RSS | increase |")
@@ -292,6 +339,23 @@ def main(argv: list[str]) -> int:
             f"| {mode} | {pages:,} | {r['seconds']:.1f} s | {r['rss_before']:.0f} MB "
             f"| {r['peak']:.0f} MB | {increase:.0f} MB |"
         )
+    for pages in sizes:
+        before, after = loads[pages]
+        print(f"load average (1 min) at {pages:,} rows: {before:.2f} before, {after:.2f} after")
+        if "parquet" in modes:
+            peer = results["parquet", pages]
+            print(
+                f"one Parquet file of {pages:,} rows: {peer['seconds']:.2f} s "
+                f"(zstd {peer['zstd_seconds']:.2f} s)"
+            )
+            for mode in (m for m in modes if m in COMMITS):
+                r = results[mode, pages]
+                print(
+                    f"{mode} / one Parquet file at {pages:,} rows = "
+                    f"{r['seconds'] / peer['seconds']:.1f}x "
+                    f"({r['seconds'] / peer['zstd_seconds']:.1f}x the zstd write); "
+                    "issue 19's target: at most 3x"
+                )
     if {"streamed", "unchecked"} <= set(modes):
         for pages in sizes:
             checked, unchecked = results["streamed", pages], results["unchecked", pages]
@@ -302,7 +366,7 @@ def main(argv: list[str]) -> int:
                 f"{checked['peak'] - unchecked['peak']:+.0f} MB"
             )
     small = sizes[0]
-    for mode in modes:
+    for mode in (m for m in modes if m in COMMITS):
         base = results[mode, small]
         grow_small = base["peak"] - base["rss_before"]
         for large in sizes[1:]:
