@@ -26,6 +26,12 @@ the real web, so a test can switch on exactly the one it is about:
   httpx's cookie jar scans every stored cookie on each request, which over 1,000 hosts cost
   ~5 ms of client CPU per page and would swamp any throughput comparison.
 - ``rate_scale`` multiplies the true change rates of the host's pages.
+- ``rendering``: ``"server"`` (the fields are in the HTML), ``"inline_json"`` (the HTML is an
+  empty shell whose script builds the article from a JSON state object inlined in the page)
+  or ``"fetch_json"`` (the script fetches ``/api/item/<j>.json`` and builds the article from
+  it). Both script modes build the same markup the server would have sent, so an extractor
+  sees the same record in the rendered page as on a ``"server"`` host, and nothing without
+  JavaScript.
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ from typing import Literal
 Validators = Literal["honest", "none", "ignored", "volatile", "lying"]
 RobotsMode = Literal["ok", "404", "500", "timeout", "redirect"]
 SitemapLastmod = Literal["honest", "missing", "now", "stale"]
+Rendering = Literal["server", "inline_json", "fetch_json"]
 
 _VALIDATORS = ("honest", "none", "ignored", "volatile", "lying")
 _ROBOTS = ("ok", "404", "500", "timeout", "redirect")
 _SITEMAP_LASTMOD = ("honest", "missing", "now", "stale")
+_RENDERING = ("server", "inline_json", "fetch_json")
 
 
 @dataclass(frozen=True)
@@ -73,11 +81,13 @@ class HostBehaviour:
     sitemap_lastmod: SitemapLastmod = "honest"
     rate_scale: float = 1.0
     cross_host_links: bool = True  # pages occasionally link to other hosts
+    rendering: Rendering = "server"  # where a page's fields are built: server or script
 
     def __post_init__(self) -> None:
         _check_choice("validators", self.validators, _VALIDATORS)
         _check_choice("robots", self.robots, _ROBOTS)
         _check_choice("sitemap_lastmod", self.sitemap_lastmod, _SITEMAP_LASTMOD)
+        _check_choice("rendering", self.rendering, _RENDERING)
         if self.throttle_status not in (429, 503):
             raise ValueError(f"throttle_status must be 429 or 503, got {self.throttle_status}")
         for name in ("latency_s", "latency_jitter_s", "slow_extra_s", "robots_timeout_s"):
@@ -110,6 +120,11 @@ class HostBehaviour:
     @property
     def throttles(self) -> bool:
         return self.throttle_rate is not None or self.throttle_concurrency is not None
+
+    @property
+    def needs_javascript(self) -> bool:
+        """Ground truth: the host's pages carry their fields only once a script has run."""
+        return self.rendering != "server"
 
 
 def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:

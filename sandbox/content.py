@@ -155,6 +155,77 @@ def render_page(
     ).encode()
 
 
+#: The script of a JavaScript-only page: it builds the same article markup the server sends
+#: on a plain host (``article_html``) from a state object, inlined or fetched, so a rendered
+#: page gives the same record. ``textContent`` only: no markup is ever parsed from the data.
+_BUILD_SCRIPT = """(function () {
+  function el(tag, cls, prop, text) {
+    var node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (prop) node.setAttribute("itemprop", prop);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+  function build(d) {
+    var a = el("article", "product");
+    a.setAttribute("itemscope", "");
+    a.setAttribute("itemtype", "https://schema.org/Product");
+    a.setAttribute("data-page", String(d.id));
+    a.appendChild(el("h1", "title", "name", d.title));
+    var price = el("p", "price", "price", d.price.toFixed(2) + " EUR");
+    price.setAttribute("content", d.price.toFixed(2));
+    a.appendChild(price);
+    a.appendChild(el("p", "availability", "availability", d.availability));
+    var text = el("div", "description", "description");
+    d.body.split("\\n\\n").forEach(function (t) { text.appendChild(el("p", "", "", t)); });
+    a.appendChild(text);
+    var app = document.getElementById("app");
+    app.insertBefore(a, app.firstChild);
+    document.title = d.title;
+  }
+  var inline = document.getElementById("state");
+  if (inline) { build(JSON.parse(inline.textContent)); return; }
+  fetch(document.getElementById("app").getAttribute("data-src"))
+    .then(function (r) { return r.json(); })
+    .then(build);
+})();
+"""
+
+
+def render_script_page(
+    key: int, version: int, page: int, links: tuple[Link, ...], noise: Noise, mode: str
+) -> bytes:
+    """A JavaScript-only page: an empty shell whose script builds the article.
+
+    ``mode`` ``"inline_json"`` inlines the state (the page's real fields at ``version``) as
+    a JSON script element; ``"fetch_json"`` has the script fetch ``/api/item/<page>.json``.
+    The navigation links are in the shell either way (as on most script-built sites).
+    """
+    nav = "".join(f'<li><a href="{escape(x.href)}">{escape(x.text)}</a></li>\n' for x in links)
+    if mode == "inline_json":
+        doc = page_record(key, version).as_dict()
+        doc["id"] = page
+        state = json.dumps(doc).replace("</", "<\\/")
+        data = f'<script type="application/json" id="state">{state}</script>\n'
+        app = '<div id="app"></div>\n'
+    elif mode == "fetch_json":
+        data = ""
+        app = f'<div id="app" data-src="/api/item/{page}.json"></div>\n'
+    else:
+        raise ValueError(f"not a script rendering mode: {mode!r}")
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Sandbox shop</title>\n"
+        f'<meta name="csrf-token" content="{noise.csrf}">\n</head>\n<body>\n'
+        f'<header class="site">Sandbox shop · served {noise.served_at} · '
+        f'session <span class="session">{noise.session}</span></header>\n<main>\n'
+        f"{app}"
+        f'<nav class="related"><ul>\n{nav}</ul></nav>\n'
+        f'<p class="viewers">{noise.viewers} people viewing this item</p>\n'
+        f"</main>\n{data}<script>{_BUILD_SCRIPT}</script>\n</body></html>\n"
+    ).encode()
+
+
 def render_item_json(key: int, version: int, page: int, noise: Noise) -> bytes:
     """The JSON endpoint: the same real fields, plus a ``meta`` object of noise."""
     doc = page_record(key, version).as_dict()

@@ -31,6 +31,7 @@ from sandbox.content import (
     render_item_json,
     render_page,
     render_robots,
+    render_script_page,
     render_sitemap_index,
     render_urlset,
 )
@@ -198,7 +199,10 @@ class Responder:
         if b.validators in ("honest", "lying") and _not_modified(request, validators):
             return Reply(304, headers, delay=delay)
         noise = self._noise(state, now_ts)
-        if kind == "html":
+        if kind == "html" and b.needs_javascript:
+            body = render_script_page(key, version, j, self._page_links(i, j), noise, b.rendering)
+            headers.append(_HTML)
+        elif kind == "html":
             padding = huge_padding(key, b.huge_bytes) if self.web.traits(i, j).huge else ""
             body = render_page(key, version, j, self._page_links(i, j), noise, padding)
             headers.append(_HTML)

@@ -14,6 +14,15 @@ divides the value of an observation by it, so failed attempts must be in the pri
 discounted from it. A host whose health falls (throttling, timeouts, errors) gets a higher
 effective cost on top, so a cost-aware planner moves budget away from it on its own
 (``health_multiplier``).
+
+Rendering in a headless browser is priced by the same model (``render_cost``): the browser
+pulls the document again and whatever its scripts fetch, and under the bandwidth model
+those bytes are billed like any others (a rendered page can cost many plain fetches); a
+scraping API bills a delivered response one credit whether it rendered JavaScript or not,
+so there rendering adds nothing. A rendered attempt's row records the plain fetch's bytes
+plus the render's, so the history prices a rendered host's next visit by itself; for a host
+just found to need rendering, ``visit_cost`` plus ``render_cost`` of the expected render
+bytes is the price until its rendered history exists.
 """
 
 from __future__ import annotations
@@ -149,6 +158,23 @@ else:
     #: The registry's names as a type, for the flows' parameter schema (Prefect shows an
     #: enum of them); built once, at import, from ``COST_MODELS``.
     CostModelName = Literal[tuple(COST_MODELS)]
+
+
+def render_cost(model: CostModel, render_bytes: ArrayLike) -> FloatArray:
+    """What rendering adds to a delivered visit: ``render_bytes`` more pulled by the browser.
+
+    Priced by the model's own ``attempt_cost`` as the difference between a delivered attempt
+    with and without those bytes, so every model prices it consistently: the bandwidth model
+    bills the bytes, the credits model nothing (one credit, rendered or not), the catalog
+    model nothing (its hints ignore bytes).
+    """
+    size = np.asarray(render_bytes, dtype=np.float64)
+    if (size < 0).any():
+        raise CostInputError("render bytes must be non-negative")
+    delivered = np.full(size.shape, "ok", dtype=object)
+    with_render = model.attempt_cost(delivered, size)
+    plain = model.attempt_cost(delivered, np.zeros(size.shape))
+    return np.asarray(with_render - plain, dtype=np.float64)
 
 
 def health_multiplier(

@@ -1,0 +1,138 @@
+"""Which hosts need rendering: probed on a sample, remembered under ``<root>/signals/``.
+
+``probe_render_need`` takes a few pages per host (pages the planner already fetched, so
+robots.txt allowed them), fetches each raw with the fetcher's guarded client and renders it
+in the browser pool, extracts both with the same rules and lets
+``models.discovery.render_need.judge_render_need`` decide. ``RenderHosts`` is the verdicts
+on disk (one durable JSON file: host -> verdict, probed-at time); the cycle reads it to know
+which rows to render, and a host whose verdict is older than ``max_age`` is probed again
+(sites move to and from client-side rendering).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from models.content.extract import DEFAULT_RULES, extract
+from models.content.extract_rules import ExtractionRules
+from models.discovery.render_need import RenderVerdict, judge_render_need, record_richness
+from models.discovery.urls import InvalidURLError, normalize
+from tasks.fetch.engine import FetchRequest, fetch_batch
+from tasks.fetch.render import BrowserPool
+from tasks.fetch.rows import record_hash
+from tasks.fetch.settings import FetchSettings
+from tasks.store.durable import durable_write_text
+
+RENDER_HOSTS_FILE = Path("signals") / "render_hosts.json"
+
+
+@dataclass(frozen=True)
+class RenderHosts:
+    """The verdicts known for a store: ``hosts`` -> verdict, and when each was probed."""
+
+    verdicts: Mapping[str, RenderVerdict]
+    probed_at: Mapping[str, datetime]
+
+    @property
+    def rendered(self) -> frozenset[str]:
+        """The hosts to render (a verdict of True)."""
+        return frozenset(h for h, v in self.verdicts.items() if v.needs_rendering)
+
+    def due(self, hosts: Sequence[str], now: datetime, max_age: timedelta) -> list[str]:
+        """Hosts never probed, undecided, or probed longer than ``max_age`` ago."""
+        return [
+            h
+            for h in hosts
+            if h not in self.probed_at
+            or self.verdicts[h].needs_rendering is None
+            or now - self.probed_at[h] > max_age
+        ]
+
+    @classmethod
+    def read(cls, root: str | Path) -> RenderHosts:
+        path = Path(root) / RENDER_HOSTS_FILE
+        if not path.exists():
+            return cls({}, {})
+        try:
+            doc = json.loads(path.read_text())
+            verdicts = {h: RenderVerdict(**v["verdict"]) for h, v in doc["hosts"].items()}
+            probed = {h: datetime.fromisoformat(v["probed_at"]) for h, v in doc["hosts"].items()}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"unreadable render verdicts at {path}: {exc}") from None
+        return cls(verdicts, probed)
+
+    def merged(self, verdicts: Mapping[str, RenderVerdict], at: datetime) -> RenderHosts:
+        return RenderHosts(
+            {**self.verdicts, **verdicts}, {**self.probed_at, **dict.fromkeys(verdicts, at)}
+        )
+
+    def write(self, root: str | Path) -> None:
+        hosts = {
+            h: {"verdict": asdict(v), "probed_at": self.probed_at[h].isoformat()}
+            for h, v in sorted(self.verdicts.items())
+        }
+        text = json.dumps({"hosts": hosts}, indent=1, allow_nan=True) + "\n"
+        durable_write_text(Path(root) / RENDER_HOSTS_FILE, text)
+
+
+async def probe_render_need(
+    urls_by_host: Mapping[str, Sequence[str]],
+    pool: BrowserPool,
+    *,
+    settings: FetchSettings | None = None,
+    rules: ExtractionRules = DEFAULT_RULES,
+    sample: int = 3,
+) -> dict[str, RenderVerdict]:
+    """Fetch raw and render up to ``sample`` pages per host; a verdict per host.
+
+    Raw fetches go through the fetch engine (one batch: robots.txt, pacing, the address
+    policy; the bodies kept by its record-hasher hook); renders through the pool's slots. A
+    page whose raw fetch or render failed is left out of its host's sample.
+    """
+    settings = settings or FetchSettings()
+    chosen = {h: [_normalized(u) for u in list(urls)[:sample]] for h, urls in urls_by_host.items()}
+    raw: dict[str, tuple[bytes, str]] = {}
+
+    def keep(body: bytes, content_type: str | None, url: str) -> str:
+        raw[url] = (bytes(body), content_type or "")
+        return record_hash(body, content_type, url)
+
+    # the engine's politeness, robots.txt and address policy; bodies kept by the hasher hook
+    await fetch_batch(
+        [FetchRequest(u) for urls in chosen.values() for u in urls],
+        cycle_id=0,
+        settings=settings,
+        record_hasher=keep,
+    )
+    wanted = [u for urls in chosen.values() for u in urls if u in raw]
+    renders = dict(
+        zip(wanted, await asyncio.gather(*(pool.render(u) for u in wanted)), strict=True)
+    )
+    hosts, raw_rich, rendered_rich = [], [], []
+    for host, urls in chosen.items():
+        for url in urls:
+            done = renders.get(url)
+            if done is None or done.outcome != "ok":
+                continue
+            body, content_type = raw[url]
+            hosts.append(host)
+            raw_rich.append(record_richness(extract(body, content_type, url, rules).fields))
+            rendered_rich.append(
+                record_richness(extract(done.html, "text/html", url, rules).fields)
+            )
+    verdicts = judge_render_need(hosts, raw_rich, rendered_rich)
+    for host in chosen:  # a host with no usable page stays undecided
+        verdicts.setdefault(host, RenderVerdict(host, None, 0, float("nan"), 0.0))
+    return verdicts
+
+
+def _normalized(url: str) -> str:
+    try:
+        return normalize(url)
+    except InvalidURLError:
+        return url
