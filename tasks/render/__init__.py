@@ -14,7 +14,7 @@ _FACES = {
     "probe_render_need": "hosts",
     "RenderHosts": "hosts",
     "render_rows": "rows",
-    "render_rows_sync": "rows",
+    "render_batch_rows": "rows",
     "RenderedRows": "rows",
 }
 __all__ = sorted(_FACES)

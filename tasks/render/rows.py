@@ -16,9 +16,13 @@ plain hosts are never rendered.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
-from collections.abc import Collection, Sequence
+import logging
+from collections.abc import Collection, Coroutine, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +32,17 @@ from models.content.extract import DEFAULT_RULES, extract
 from models.content.extract_rules import ExtractionRules
 from models.discovery.urls import InvalidURLError, normalize, url_id
 from models.planning.cost import COST_MODELS, CostModel, render_cost
-from tasks.fetch.render import BrowserPool, PoolStats, Rendered, RenderSettings
+from tasks.fetch.render import (
+    BrowserPool,
+    BrowserUnavailableError,
+    PoolStats,
+    Rendered,
+    RenderSettings,
+)
+from tasks.render.hosts import RenderHosts
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -130,3 +144,44 @@ def _apply(
         field = table.schema.field(position)
         table = table.set_column(position, field, pa.array(values, field.type))
     return RenderedRows(table, rendered, failed, total_bytes, stats)
+
+
+def render_batch_rows(
+    root: str | Path,
+    rows: pa.Table,
+    urls: Sequence[str],
+    *,
+    rules: ExtractionRules = DEFAULT_RULES,
+    cost_model: CostModel | str = "credits",
+    settings: RenderSettings | None = None,
+) -> pa.Table:
+    """The cycle's hook: a host batch's rows with the store's rendered hosts rendered.
+
+    Reads the verdicts of ``<root>/signals/render_hosts.json`` (``tasks.render.hosts``); when
+    no row is an ``ok`` row of a rendered host it returns ``rows`` untouched and starts
+    nothing. A browser that cannot start turns those rows into ``error`` rows
+    (``render_unavailable``), never a failed batch: their raw records are not observations.
+    """
+    hosts = RenderHosts.read(root).rendered
+    todo = rows_to_render(rows, hosts)
+    if todo.size == 0:
+        return rows
+    try:
+        return _run(
+            render_rows(rows, urls, hosts, settings=settings, rules=rules, cost_model=cost_model)
+        ).rows
+    except BrowserUnavailableError as exc:
+        log.warning("rendering unavailable: %s", exc)
+        model = COST_MODELS[cost_model] if isinstance(cost_model, str) else cost_model
+        failed = [Rendered("", "error", reason=f"unavailable: {exc}") for _ in todo]
+        return _apply(rows, todo, [""] * len(todo), failed, rules, model, PoolStats()).rows
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from sync code, in a thread when a loop is running here."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()

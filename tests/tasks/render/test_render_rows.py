@@ -8,20 +8,25 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from models.discovery.render_need import RenderVerdict
+from models.discovery.urls import normalize, url_id
 from tasks.fetch.render import RenderSettings
 from tasks.fetch.rows import Row, rows_table
 from tasks.render.hosts import RenderHosts
-from tasks.render.rows import render_rows, rows_to_render
+from tasks.render.rows import render_batch_rows, render_rows, rows_to_render
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+URLS = ["http://plain.test/p/1", "http://js.test/p/2", "http://js.test/p/3"]
+
+
 def _rows():
+    ids = [url_id(normalize(u)) for u in URLS]
     return rows_table(
         [
-            Row(1, "plain.test", AT, "ok", record_hash="a"),
-            Row(2, "js.test", AT, "not_modified", record_hash="b"),
-            Row(3, "js.test", AT, "ok", record_hash="c"),
+            Row(ids[0], "plain.test", AT, "ok", record_hash="a"),
+            Row(ids[1], "js.test", AT, "not_modified", record_hash="b"),
+            Row(ids[2], "js.test", AT, "ok", record_hash="c"),
         ],
         cycle_id=1,
     )
@@ -59,3 +64,16 @@ def test_a_corrupt_verdict_file_is_one_line_error(tmp_path):
     (tmp_path / "signals" / "render_hosts.json").write_text("{not json")
     with pytest.raises(ValueError, match="unreadable render verdicts"):
         RenderHosts.read(tmp_path)
+
+
+def test_the_cycle_hook_renders_nothing_without_verdicts_and_fails_rows_without_a_browser(
+    tmp_path,
+):
+    assert render_batch_rows(tmp_path, _rows(), URLS).equals(_rows())  # no verdicts: no browser
+    verdict = RenderVerdict("js.test", True, 3, 0.0, 800.0)
+    RenderHosts({}, {}).merged({"js.test": verdict}, AT).write(tmp_path)
+    settings = RenderSettings(executable="/nonexistent/chromium")
+    rows = render_batch_rows(tmp_path, _rows(), URLS, settings=settings).to_pylist()
+    assert [r["outcome"] for r in rows] == ["ok", "not_modified", "error"]
+    assert rows[2]["record_hash"] is None and "unavailable" in rows[2]["reason"]
+    assert rows[0]["record_hash"] == "a" and rows[1]["record_hash"] == "b"
