@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
+import aiohttp
 import httpx
 
 from models.discovery.urls import InvalidURLError, normalize, resolve, shown_url
 from models.fetching.net_policy import ALLOWED_SCHEMES
 from models.fetching.politeness import RETRYABLE_STATUS, is_retryable, parse_retry_after
-from tasks.fetch.client import TRANSPORT_ERRORS
+from tasks.fetch.client import TRANSPORT_ERRORS, Answer, PageClient, as_page_client
 from tasks.fetch.response_guard import (
     BodyLimitError,
     BoundedDecoder,
@@ -46,9 +47,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: ``archive(response, body, target)``: store one answered exchange (``target`` is the page,
+#: ``archive(answer, body, target)``: store one answered exchange (``target`` is the page,
 #: also when the request went to a scraping API); returns where, or None if not stored.
-Archiver = Callable[[httpx.Response, bytes, str], "WarcLocation | None"]
+Archiver = Callable[[Answer, bytes, str], "WarcLocation | None"]
 
 #: Bytes of a non-2xx body read (for challenge detection and to keep the connection).
 ERROR_BODY_BYTES = 64 * 1024
@@ -111,26 +112,25 @@ class BodyLimits:
 
 
 async def exchange(
-    client: httpx.AsyncClient,
+    client: PageClient | httpx.AsyncClient,
     route: Route,
     url: str,
     headers: dict[str, str],
     limits: BodyLimits,
     archive: Archiver | None = None,
 ) -> Exchange:
-    """Send one GET and read its body through the guard rails (may raise httpx errors).
+    """Send one GET and read its body through the guard rails (may raise transport errors).
 
     ``archive`` gets the exchange once its body is read, unless a guard rail broke (no
     partial body is stored) or the answer is a scraping API's own refusal (not the page's).
+    An ``httpx.AsyncClient`` (the sitemap reader's) is used through ``HttpxPageClient``.
     """
-    request = client.build_request(
-        "GET", route.request_url(url), headers=route.request_headers(headers)
+    answer = await as_page_client(client).get(
+        route.request_url(url), route.request_headers(headers)
     )
-    sent = head_size(f"GET {request.url.raw_path.decode()} HTTP/1.1", request.headers.raw)
-    response = await client.send(request, stream=True)
     try:
-        status = response.status_code
-        headers = _header_dict(response.headers.raw)
+        status = answer.status
+        headers = _header_dict(answer.raw_headers)
         failure: BodyLimitError | None = None
         body = b""
         success = 200 <= status < 300
@@ -150,24 +150,25 @@ async def exchange(
                 truncate=limits.truncate or not success,
             )
             try:
-                async for chunk in response.aiter_raw():
-                    decoder.feed(chunk)
-                    if decoder.done:
+                while not decoder.done:
+                    chunk = await answer.read_chunk()
+                    if not chunk:
                         break
+                    decoder.feed(chunk)
             except TRANSPORT_ERRORS as exc:  # the headers came: this failure is mid-body
                 raise BodyInterruptedError(decoder.raw, exc) from exc
             body = decoder.body()
         except BodyLimitError as exc:
             failure = exc
-        start_line = f"HTTP/1.1 {status} {response.reason_phrase}"
-        received = head_size(start_line, response.headers.raw) + response.num_bytes_downloaded
+        start_line = f"HTTP/1.1 {status} {answer.reason}"
+        received = head_size(start_line, answer.raw_headers) + answer.downloaded
         plan = route.plan_limit(status, headers)
         stored = None
         if archive is not None and failure is None and plan is None:
-            stored = archive(response, body, url)
-        return Exchange(status, headers, body, sent + received, failure, plan, stored)
+            stored = archive(answer, body, url)
+        return Exchange(status, headers, body, answer.sent_bytes + received, failure, plan, stored)
     finally:
-        await response.aclose()
+        await answer.aclose()
 
 
 def _header_dict(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -209,7 +210,7 @@ class PageLimits:
 
 
 async def fetch_page(
-    client: httpx.AsyncClient,
+    client: PageClient | httpx.AsyncClient,
     route: Route,
     url: str,
     conditional: dict[str, str],
@@ -264,7 +265,7 @@ async def fetch_page(
         return _failure(
             "timeout", f"no complete answer within {limits.timeout_s:g} s", wire, started
         )
-    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, aiohttp.InvalidURL) as exc:
         return _failure("error", f"bad URL: {exc}", wire, started, retryable=False)
     except asyncio.CancelledError as exc:
         if not stray_cancellation():

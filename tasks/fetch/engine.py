@@ -1,6 +1,7 @@
 """The fetch engine: one call fetches a batch of URLs politely and returns one row per URL.
 
-``fetch_batch`` opens one ``httpx.AsyncClient``, puts the URLs into per-host lanes of a
+``fetch_batch`` opens one client (``tasks.fetch.client``: aiohttp, or httpx), puts the URLs
+into per-host lanes of a
 ``models.fetching.frontier.BatchFrontier`` (bounded: admission control, pacing, adaptive
 limits, shedding), and runs ``concurrency`` workers that pull the next ready item straight
 from it (no hand-off queue: a worker that is free takes work at once, and an idle one parks
@@ -31,8 +32,6 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import httpx
-
 from models.discovery.urls import InvalidURLError, normalize, shown_url, url_id
 from models.fetching.frontier import BatchFrontier, Shed, WorkItem
 from models.fetching.host_state import HostState, Signal
@@ -40,7 +39,7 @@ from models.fetching.robots_policy import RobotsVerdict
 from models.fetching.validators import conditional_headers, judge_validators
 from models.outcomes import CONNECTION_FAILED
 from tasks.fetch.attempt import Attempt, BodyLimits, PageLimits, Route, fetch_page
-from tasks.fetch.client import make_client
+from tasks.fetch.client import Answer, PageClient, as_page_client, make_client
 from tasks.fetch.idle_workers import IdleWorkers
 from tasks.fetch.metrics import BatchMetrics, HostPressure
 from tasks.fetch.robots import HOST_FAILURES, fetch_robots, interpret_robots
@@ -105,7 +104,9 @@ async def fetch_batch(
     if window_s is not None and window_s <= 0:
         raise ValueError(f"window_s must be > 0 seconds, got {window_s}")
     batch = _Batch(settings, state, clock or _utc_now, record_hasher, cost_hook, warc, on_tail)
-    async with make_client(settings) as client:
+    client = as_page_client(make_client(settings))
+    client.use_dns(state.dns)  # one lookup per host per TTL, for every batch of the state
+    async with client:
         return await batch.run(client, requests, cycle_id, window_s)
 
 
@@ -179,7 +180,7 @@ class _Batch:
 
     async def run(
         self,
-        client: httpx.AsyncClient,
+        client: PageClient,
         requests: Iterable[FetchRequest | str],
         cycle_id: int,
         window_s: float | None,
@@ -517,18 +518,30 @@ class _Batch:
             f"over the {cap:g} s a batch waits (retry_after_cap_s)"
         )
 
-    def _archive(self, response: httpx.Response, body: bytes, target: str) -> WarcLocation | None:
+    def _archive(self, answer: Answer, body: bytes, target: str) -> WarcLocation | None:
         """Store one answered exchange (the ``Archiver`` of ``fetch_page``).
 
         A failing archive (disk full) must not lose the observation: the row then names no
         record, and the first failure is logged.
         """
-        from tasks.archive.warc import WarcError, write_httpx_exchange
+        from tasks.archive.warc import WarcError
 
         assert self.warc is not None
+        method, request_url, request_headers = answer.request_record()
         try:
-            return write_httpx_exchange(
-                self.warc, response, body, target=target, fetched_at=self.clock()
+            return self.warc.write_exchange(
+                target or request_url,
+                status=answer.status,
+                reason=answer.reason,
+                http_version=answer.http_version,
+                response_headers=[
+                    (k.decode("latin-1"), v.decode("latin-1")) for k, v in answer.raw_headers
+                ],
+                body=body,
+                request_headers=request_headers,
+                method=method,
+                request_url=request_url,
+                fetched_at=self.clock(),
             )
         except (WarcError, OSError) as exc:
             self.warc_failures += 1

@@ -28,6 +28,7 @@ from models.fetching.robots_policy import (
 )
 from models.outcomes import HOST_UNREACHABLE
 from tasks.fetch.attempt import REDIRECT_STATUS, BodyLimits, Route, exchange
+from tasks.fetch.client import PageClient
 from tasks.fetch.transport_errors import classify_failure, stray_cancellation
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ def robots_url(page_url: str) -> str:
 
 
 async def fetch_robots(
-    client: httpx.AsyncClient,
+    client: PageClient | httpx.AsyncClient,
     route: Route,
     page_url: str,
     *,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -35,7 +35,9 @@ class RecordDigest:
 
 #: ``hasher(body, content_type, url)``: ``url`` is the final (normalized) URL of the answer,
 #: so per-URL extraction rules apply; returns the record hash or a ``RecordDigest``.
-RecordHasher = Callable[[bytes, str | None, str], str | RecordDigest]
+RecordHasher = Callable[
+    [bytes, str | None, str], str | RecordDigest | Awaitable[str | RecordDigest]
+]
 
 
 def record_hash(body: bytes, content_type: str | None, url: str | None = None) -> str:

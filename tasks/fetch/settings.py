@@ -56,8 +56,12 @@ class FetchSettings(BaseSettings):
     proxy_url: SecretStr | None = None
     api_concurrency: Annotated[int, Field(ge=1)] = 8
     api_plan_backoff_s: Annotated[float, Field(ge=0)] = 1.0  # API pause after a plan 429
-    # The transport under the httpx client (see tasks.fetch.client): aiohttp's pool, or httpx's.
+    # The client (see tasks.fetch.client): aiohttp used directly, or httpx with its own pool.
     http_transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    # How long a host name's resolved addresses are kept (tasks.fetch.net_guard.DnsCache,
+    # shared by the batches of a process): one lookup per host per dns_ttl_s; every use
+    # judges the cached addresses again, and a connection only ever goes to one of them.
+    dns_ttl_s: Annotated[float, Field(ge=0)] = 300.0
     # Address policy (models.fetching.net_policy): loopback, private, link-local (cloud metadata),
     # multicast and reserved addresses are refused, after DNS resolution and on every
     # redirect hop, unless in one of these CIDR networks (env: comma-separated). The sandbox

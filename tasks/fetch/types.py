@@ -3,7 +3,7 @@
 ``FetchRequest`` is one URL with what the history knows of its last observation;
 ``BatchResult`` the rows and metrics of one batch; ``EngineState`` the per-process memory
 (per-host pacing and adaptive limits, validator trust, the robots.txt cache, the scraping
-API's learned limit) that consecutive batches share.
+API's learned limit, the DNS cache) that consecutive batches share.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pyarrow as pa
 from models.fetching.frontier import PlanGate
 from models.fetching.host_state import HostState
 from tasks.fetch.metrics import BatchMetrics
+from tasks.fetch.net_guard import DnsCache
 from tasks.fetch.robots import RobotsCache
 from tasks.fetch.settings import FetchSettings
 
@@ -43,6 +44,8 @@ class EngineState:
         self.settings = settings
         self.hosts: dict[str, HostState] = {}
         self.robots = RobotsCache()
+        # Host names' addresses, one lookup per host per settings.dns_ttl_s (net_guard).
+        self.dns = DnsCache(settings.dns_ttl_s)
         self.plan_gate = (
             PlanGate(settings.api_concurrency, settings.api_plan_backoff_s)
             if settings.mode == "api"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -148,7 +149,8 @@ def test_host_names_are_judged_after_resolution(loopback_only, fake_dns):
 @pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
 def test_dns_rebinding_cannot_move_a_connection(loopback_only, fake_dns, transport):
     """The name answers an allowed address, then a refused one: nothing reaches the refused
-    address, whatever the transport does with its DNS cache."""
+    address. Both transports resolve through the engine's DNS cache: one lookup, judged,
+    and every connection of the batch goes to that judged address."""
     fake_dns.add("rebind.test", ["127.0.0.2"], ["127.0.0.3"])
     with same_port("127.0.0.2", "127.0.0.3") as (good, evil):
         urls = [f"http://rebind.test:{good.port}/p/{i}" for i in range(3)]
@@ -158,14 +160,36 @@ def test_dns_rebinding_cannot_move_a_connection(loopback_only, fake_dns, transpo
     rows = rows_of(result, urls)
     assert evil.requests == []
     assert "/robots.txt" in good.requests
-    outcomes = {r["outcome"] for r in rows.values()}
-    if transport == "httpx":  # no DNS cache: each connection resolves again, and is judged
-        assert outcomes == {"refused_address"}
-        assert all("127.0.0.3" in r["reason"] for r in rows.values())
-        assert fake_dns.lookups["rebind.test"] >= 2
-    else:  # aiohttp keeps the judged answer for the batch: pinned to 127.0.0.2
-        assert outcomes == {"ok"}
-        assert len(good.requests) == 1 + len(urls)
+    assert {r["outcome"] for r in rows.values()} == {"ok"}
+    assert len(good.requests) == 1 + len(urls)
+    assert fake_dns.lookups["rebind.test"] == 1
+    assert loopback_only.blocked == []
+    tally(rows.values())
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_dns_rebinding_after_the_cache_expires_is_judged_again(loopback_only, fake_dns, transport):
+    """With a DNS TTL of 0 every new connection looks the name up again: the second answer
+    (a refused address) is judged and refused, never connected to; a kept-alive connection
+    stays on the address judged when it was made."""
+    fake_dns.add("rebind.test", ["127.0.0.2"], ["127.0.0.3"])
+    with same_port("127.0.0.2", "127.0.0.3") as (good, evil):
+        urls = [f"http://rebind.test:{good.port}/p/{i}" for i in range(3)]
+        result = fetch_batch_sync(
+            urls,
+            settings=settings(
+                allowed_networks=("127.0.0.2/32",), http_transport=transport, dns_ttl_s=0.0
+            ),
+        )
+    rows = rows_of(result, urls)
+    assert evil.requests == []
+    assert "/robots.txt" in good.requests
+    assert {r["outcome"] for r in rows.values()} <= {"ok", "refused_address"}
+    for url, row in rows.items():
+        if row["outcome"] == "ok":  # served over the connection made to the judged address
+            assert urlsplit(url).path in good.requests
+        else:
+            assert "127.0.0.3" in row["reason"], row["reason"]
     assert loopback_only.blocked == []
     tally(rows.values())
 

@@ -23,6 +23,7 @@ from models.discovery.urls import (
 )
 from models.fetching.politeness import parse_retry_after
 from tasks.fetch.attempt import BodyLimits, PageLimits, Route, fetch_page
+from tasks.fetch.client import as_page_client
 from tasks.fetch.response_guard import BodyLimitError, BoundedDecoder
 from tasks.fetch.transport_errors import classify_failure
 from tasks.store.catalog import VALUE_COST_BOUNDS, CatalogInputError, CatalogStore
@@ -194,7 +195,7 @@ class _Transport(httpx.AsyncBaseTransport):
 
 
 def _attempt(behaviour):
-    client = httpx.AsyncClient(transport=_Transport(behaviour))
+    client = as_page_client(httpx.AsyncClient(transport=_Transport(behaviour)))
     limits = PageLimits(BodyLimits(1 << 20, 100.0), timeout_s=30.0, max_redirects=5)
     return fetch_page(client, Route(), "http://a.test/", {}, limits, lambda url: None)
 
