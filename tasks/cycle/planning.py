@@ -9,14 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from models.allocation.allocate import allocate
 from models.discovery.admission import NEAR_DUPLICATE_VALUE
 from models.estimation.change_rate import PriorChoice
 from models.outcomes import BILLED, NOT_SENT, OBSERVED, UNHEALTHY, sql_list
+from models.planning.core import PlanningPages, plan_from_moments
 from models.planning.cost import COST_MODELS, CostModel, PageHistory, health_multiplier
-from models.planning.select import REASONS, Candidates, PlanningInputError, Slices, select_batch
-from tasks.cycle.estimation import load_rate_estimates
+from models.planning.select import REASONS, PlanningInputError, Slices
+from tasks.cycle.estimation import read_estimation_inputs
 from tasks.store.catalog import CatalogStore
 from tasks.store.durable import durable_write
 from tasks.store.history import HistoryStore, connect
@@ -45,7 +46,7 @@ WITH hosts AS (
            sum(recent) AS host_recent, sum(unhealthy) AS host_unhealthy
     FROM attempts GROUP BY host
 )
-SELECT e.url_id, e.host, e.rate, e.log_std,
+SELECT e.pos, e.url_id, e.host,
        coalesce(c.value, 1.0)
            * CASE WHEN c.near_duplicate_of IS NULL THEN 1.0 ELSE $near_duplicate_value END
            AS value,
@@ -58,6 +59,7 @@ SELECT e.url_id, e.host, e.rate, e.log_std,
 FROM estimates e LEFT JOIN catalog c USING (url_id) LEFT JOIN attempts a USING (url_id)
      LEFT JOIN hosts h ON h.host = e.host
 WHERE c.canonical IS NULL  -- a page known by another URL is not planned on its own
+ORDER BY e.pos  -- the estimates' order: the seeded verification sample is reproducible
 """
 
 
@@ -131,16 +133,25 @@ def plan_cycle(
     ``canonical`` names another page is left out (the other page is planned), and a known
     near-duplicate (``near_duplicate_of``) counts ``near_duplicate_value`` times its value.
 
-    Rates come from ``tasks.cycle.estimation.load_rate_estimates(root, prior=prior)`` (a weaker
-    prior where ``prior`` cannot be fitted; ``PlanResult.prior`` names the one used).
+    The statistics come from ``tasks.cycle.estimation.read_estimation_inputs(root)`` and the
+    catalog and history through DuckDB; estimation, allocation and selection are the pure
+    ``models.planning.core.plan_from_moments`` (what the backtest and a notebook run too),
+    under ``prior`` (a weaker prior where it cannot be fitted; ``PlanResult.prior`` names
+    the one used).
     """
     slices = slices or Slices()
     model = _cost_model(cost_model)
-    est = load_rate_estimates(root, prior=prior)
+    inputs = read_estimation_inputs(root)
     con = connect()
     con.register(
         "estimates",
-        est[["url_id", "host", "rate", "log_std"]].assign(host=lambda d: d["host"].astype(str)),
+        pa.table(
+            {
+                "pos": np.arange(inputs.moments.size, dtype=np.int64),
+                "url_id": inputs.moments.page_ids,
+                "host": inputs.host_names.take(pa.array(inputs.host_codes)),
+            }
+        ),
     )
     con.register("catalog", CatalogStore(root).relation(con))
     con.register("history", HistoryStore(root).relation(con))
@@ -159,37 +170,25 @@ def plan_cycle(
     con.register("attempts", con.sql(_ATTEMPTS, params=params).to_arrow_table())
     pages = con.sql(_PAGES, params={"near_duplicate_value": near_duplicate_value}).to_df()
     since = (stamp - pages["last_visit"]).dt.total_seconds().to_numpy() / 86400.0
-    costs = page_costs(model, pages)
     host_codes, host_names = pd.factorize(pages["host"])
-    n_hosts = len(host_names)
-    due_budget = budget * (1 - slices.discovery - slices.reestimation - slices.verification)
-    allocation = allocate(
-        pages["rate"].to_numpy(),
-        due_budget / cycle_days,
-        weights=pages["value"].to_numpy(),
-        costs=costs,
-        hosts=host_codes,
-        host_capacity=np.full(n_hosts, host_capacity / cycle_days),
-        max_frequency=1.0 / cycle_days,
-    )
-    candidates = Candidates(
-        page_ids=pages["url_id"].to_numpy(),
-        hosts=host_codes.astype(np.int64),
-        value=pages["value"].to_numpy(),
-        cost=costs,
-        rate=pages["rate"].to_numpy(),
-        frequency=allocation.frequencies,
-        log_std=pages["log_std"].to_numpy(),
-        days_since_visit=since,
-    )
-    plan = select_batch(
-        candidates,
+    cycle = plan_from_moments(
+        inputs.moments,
+        inputs.group_codes,
+        PlanningPages(
+            hosts=host_codes.astype(np.int64),
+            value=pages["value"].to_numpy(dtype=np.float64),
+            cost=page_costs(model, pages),
+            days_since_visit=since,
+            planned=pages["pos"].to_numpy(dtype=np.int64),
+        ),
         budget,
-        np.full(n_hosts, host_capacity),
-        slices=slices,
+        np.full(len(host_names), host_capacity),
         cycle_days=cycle_days,
+        slices=slices,
         seed=seed,
+        prior=prior,
     )
+    plan, allocation, candidates = cycle.plan, cycle.allocation, cycle.candidates
     frame = pd.DataFrame(
         {
             "url_id": candidates.page_ids[plan.index],
@@ -207,7 +206,7 @@ def plan_cycle(
     durable_write(path, lambda handle: frame.to_parquet(handle, index=False))
     summary = plan.summary()
     summary["allocated_expected_freshness"] = allocation.expected_freshness
-    return PlanResult(path, summary, model.name, str(est.attrs["prior_description"]))
+    return PlanResult(path, summary, model.name, cycle.estimates.prior_description())
 
 
 def page_costs(model: CostModel, pages: pd.DataFrame) -> np.ndarray:
