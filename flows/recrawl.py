@@ -77,7 +77,7 @@ from tasks.cycle.work import (
     split_plan,
     work_dir,
 )
-from tasks.fetch.batch_slots import BATCH_THREADS
+from tasks.fetch.batch_slots import BATCH_THREADS, batch_slots
 from tasks.fetch.engine import EngineState
 from tasks.fetch.settings import FetchSettings
 from tasks.reports.cycle_report import (
@@ -143,8 +143,13 @@ def fetch_host_batch_task(
     at: datetime | None = None,
     cost_model: str = "credits",
     window_s: float | None = None,
+    host_tags: list[str] | None = None,
 ) -> BatchOutcome:
     """Fetch one host batch; its rows become the batch's staged part of the cycle.
+
+    ``host_tags``: the batch's ``host:<h>`` (or ``hostshard:<k>``) tags; the task holds a slot
+    of each one's limit while it runs, through the process's one API client
+    (``tasks.fetch.batch_slots``), instead of tagging the task run.
 
     The task ends (and gives its hosts' slots back) only once the pacing gap after each
     host's last request has passed: the next holder of a slot may be another process, on
@@ -152,18 +157,19 @@ def fetch_host_batch_task(
     """
     started = time.time()
     settings = FetchSettings(**(fetch or {})).with_secrets()  # api_key_block, if named
-    try:
-        outcome = run_host_batch(
-            root,
-            cycle,
-            batch,
-            settings=settings,
-            clock=fixed_clock(at) if at is not None else None,
-            cost_model=cost_model,
-            window_s=window_s,
-        )
-    finally:
-        held = hold_until_paced(root, cycle, batch, settings)
+    with batch_slots(host_tags or [], holder=_task_run_id()):
+        try:
+            outcome = run_host_batch(
+                root,
+                cycle,
+                batch,
+                settings=settings,
+                clock=fixed_clock(at) if at is not None else None,
+                cost_model=cost_model,
+                window_s=window_s,
+            )
+        finally:
+            held = hold_until_paced(root, cycle, batch, settings)
     run_logger().info(
         "%s: %d URLs, %d observations, %d failed, %.1f s (%.1f s of it the last pacing gap)%s",
         batch,
@@ -175,6 +181,13 @@ def fetch_host_batch_task(
         " (resumed: already fetched)" if outcome.resumed else "",
     )
     return outcome
+
+
+def _task_run_id() -> UUID | None:
+    from prefect.context import TaskRunContext
+
+    context = TaskRunContext.get()
+    return context.task_run.id if context is not None else None
 
 
 def hold_until_paced(root: str, cycle: int, batch: str, settings: FetchSettings) -> float:
@@ -424,8 +437,9 @@ def _fetch_batches(
     futures: dict[str, PrefectFuture[BatchOutcome]] = {}
     for spec in specs:
         upstream = [futures[spec.after]] if spec.after in futures else None
+        # the slots are taken inside the task (one API client per process), not by tags
         futures[spec.name] = fetch_host_batch_task.with_options(
-            tags=spec.tags, task_run_name=f"fetch-{spec.name}"
+            task_run_name=f"fetch-{spec.name}"
         ).submit(
             root,
             cycle_id,
@@ -434,6 +448,7 @@ def _fetch_batches(
             at,
             cost_model,
             window_s,
+            list(spec.tags),
             wait_for=upstream,
             return_state=False,  # the overload that takes wait_for
         )
@@ -449,6 +464,10 @@ def _fetch_batches(
     names = {id(f): name for name, f in futures.items()}
     for done, future in enumerate(as_completed(list(futures.values())), start=1):
         name = names[id(future)]
+        # the local final state: without wait(), .state asks the server, which may not
+        # have recorded it yet (task states travel as events), so a finished batch read
+        # as "did not complete" and its rows were replaced by errors
+        future.wait()
         if future.state.is_completed():
             outcomes.append(future.result())
         else:

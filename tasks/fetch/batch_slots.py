@@ -11,13 +11,24 @@ until the batch window ran out while the healthy hosts of the batch had long fin
 What bounds the process is then the threads that run batches (``BATCH_THREADS``, the
 flow's task runner): each batch's queue and rows are bounded, so memory stays bounded by
 threads x batch size; tail batches are mostly waiting and cost little CPU.
+
+The second half, ``batch_slots``, takes a batch's hosts' Prefect concurrency slots (one
+``tag:host:<h>`` limit per host, or one per host shard) through one API client per process.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from uuid import UUID, uuid4
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import SyncPrefectClient
+    from prefect.client.schemas.objects import ConcurrencyLeaseHolder
 
 #: Batches fetching at full speed at once in one process (the flow's old thread pool size).
 ACTIVE_BATCHES = 4
@@ -72,3 +83,218 @@ _PROCESS = ActiveBatches()
 def process_batches() -> ActiveBatches:
     """The process's places (shared by every batch this worker process runs)."""
     return _PROCESS
+
+
+# -- the hosts' Prefect concurrency slots, through one client per process -----------------
+#
+# A batch holds one slot of the limit ``tag:<tag>`` for each of its tags (``host:<h>`` per
+# host, or one ``hostshard:<k>``): the server's limits keep two batches of a host apart
+# across runs and machines. Prefect's own tag handling (tagging the task run) builds, for
+# every task run with a new set of tags, an acquisition service with its own API client,
+# a second client for the lease renewal thread and a third for the release, each with a
+# TLS context loaded from certifi's bundle (2.5% of a cycle's CPU, issue 19) even when the
+# API is plain http. ``batch_slots`` takes the same slots with the same lease semantics
+# (all of a batch's limits at once or none, a lease renewed while the batch runs, released
+# at its end, expired by the server when the holder dies) through one ``SyncPrefectClient``
+# per process, shared by every batch thread.
+
+#: Seconds a lease lasts without renewal (Prefect's task engine uses 60; the server refuses
+#: less than 60). A holder killed mid-batch has its slots back when the lease has expired
+#: and the server's repossessor has passed (every 15 s by default): 60-75 s.
+#: ``RECRAWL_SLOT_LEASE_S`` sets a longer one.
+LEASE_S = 60.0
+#: The shortest lease the server accepts (``/v2/concurrency_limits/increment-with-lease``).
+MIN_LEASE_S = 60.0
+#: Renew when this share of the lease has passed (Prefect's own: 0.75).
+RENEW_SHARE = 0.75
+#: Longest pause between two asks for a taken slot (the server's Retry-After, capped).
+MAX_RETRY_S = 10.0
+
+
+def lease_seconds() -> float:
+    """The lease duration: ``RECRAWL_SLOT_LEASE_S`` if set (at least 60 s), else 60 s."""
+    import os
+
+    raw = os.environ.get("RECRAWL_SLOT_LEASE_S", "")
+    try:
+        value = float(raw) if raw else LEASE_S
+    except ValueError:
+        raise ValueError(f"RECRAWL_SLOT_LEASE_S must be a number of seconds, got {raw!r}") from None
+    if value < MIN_LEASE_S:
+        raise ValueError(f"RECRAWL_SLOT_LEASE_S must be >= {MIN_LEASE_S:g} s, got {value:g}")
+    return value
+
+
+@dataclass
+class SlotStats:
+    """What this process's batches spent on slots (read by the orchestration benchmark)."""
+
+    clients: int = 0  # API clients built (one per process and API URL)
+    acquisitions: int = 0
+    refusals: int = 0  # 423 answers: a slot was taken, asked again later
+    renewals: int = 0
+    releases: int = 0
+    wait_s: float = 0.0  # from the first ask to the grant, summed over batches
+    api_s: float = 0.0  # time inside the acquire/renew/release calls themselves
+
+
+class ProcessSlots:
+    """One ``SyncPrefectClient`` per process and API URL, opened on first use.
+
+    A forked child (a worker's flow-run subprocess started by fork) must not share the
+    parent's connections: the client is keyed by the process id as well.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._client: SyncPrefectClient | None = None
+        self._key: tuple[int, str] | None = None
+        self.stats = SlotStats()
+
+    def client(self) -> SyncPrefectClient:
+        import os
+
+        from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_API_URL
+
+        key = (os.getpid(), str(PREFECT_API_URL.value() or ""))
+        with self._lock:
+            if self._client is None or self._key != key:
+                if self._client is not None and self._key is not None and self._key[0] == key[0]:
+                    self._client.__exit__(None, None, None)
+                client = get_client(sync_client=True)
+                client.__enter__()
+                self._client, self._key = client, key
+                self.stats.clients += 1
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.__exit__(None, None, None)
+            self._client, self._key = None, None
+
+    def add(self, **amounts: float) -> None:
+        with self._lock:
+            for name, amount in amounts.items():
+                setattr(self.stats, name, getattr(self.stats, name) + amount)
+
+
+_SLOTS = ProcessSlots()
+
+
+def process_slots() -> ProcessSlots:
+    return _SLOTS
+
+
+@contextmanager
+def batch_slots(
+    tags: Sequence[str],
+    holder: UUID | None = None,
+    lease_s: float | None = None,
+    slots: ProcessSlots | None = None,
+) -> Iterator[UUID | None]:
+    """Hold one slot of ``tag:<t>`` for every tag; yields the lease id (None: no limits).
+
+    Waits while any of them is taken (all at once or none: two batches waiting for each
+    other's hosts cannot deadlock), asking again after the server's Retry-After. Limits
+    that do not exist restrict nothing (the run's ``host-limits`` step creates them). The
+    lease is renewed by a thread while the block runs and released when it ends, error or
+    not; if this process dies, the server frees the slots once the lease has expired.
+    ``holder`` names the task run holding them (what ``prefect gcl inspect`` and the
+    leaked-slot repair of ``tasks.cycle.host_limits`` count); default a fresh id.
+    """
+    if not tags:
+        yield None
+        return
+    from prefect.client.schemas.objects import ConcurrencyLeaseHolder
+
+    own = slots or _SLOTS
+    client = own.client()
+    duration = lease_seconds() if lease_s is None else lease_s
+    names = sorted({f"tag:{t}" for t in tags})
+    lease = _acquire(
+        own, client, names, duration, ConcurrencyLeaseHolder(type="task_run", id=holder or uuid4())
+    )
+    if lease is None:
+        yield None
+        return
+    stop = threading.Event()
+    renewer = threading.Thread(
+        target=_renew_until,
+        args=(own, client, lease, duration, stop),
+        daemon=True,
+        name=f"lease-{lease}",
+    )
+    renewer.start()
+    try:
+        yield lease
+    finally:
+        stop.set()
+        renewer.join(timeout=30)
+        started = time.perf_counter()
+        try:
+            client.release_concurrency_slots_with_lease(lease)
+        finally:
+            own.add(releases=1, api_s=time.perf_counter() - started)
+
+
+def _acquire(
+    own: ProcessSlots,
+    client: SyncPrefectClient,
+    names: list[str],
+    duration: float,
+    holder: ConcurrencyLeaseHolder,
+) -> UUID | None:
+    import httpx
+
+    first = time.perf_counter()
+    refusals = 0
+    api_s = 0.0
+    while True:
+        started = time.perf_counter()
+        try:
+            response = client.increment_concurrency_slots_with_lease(
+                names=names, slots=1, mode="concurrency", lease_duration=duration, holder=holder
+            )
+        except httpx.HTTPStatusError as exc:
+            api_s += time.perf_counter() - started
+            if exc.response.status_code != 423:
+                raise
+            refusals += 1
+            retry = float(exc.response.headers.get("Retry-After", "1"))
+            time.sleep(min(max(retry, 0.05), MAX_RETRY_S))
+            continue
+        api_s += time.perf_counter() - started
+        body = response.json()
+        own.add(
+            acquisitions=1,
+            refusals=refusals,
+            wait_s=time.perf_counter() - first,
+            api_s=api_s,
+        )
+        if not body.get("limits"):  # none of the limits exists: nothing to hold
+            return None
+        return UUID(str(body["lease_id"]))
+
+
+def _renew_until(
+    own: ProcessSlots,
+    client: SyncPrefectClient,
+    lease: UUID,
+    duration: float,
+    stop: threading.Event,
+) -> None:
+    """Renew the lease every ``RENEW_SHARE`` of its duration until ``stop`` (3 tries each)."""
+    while not stop.wait(duration * RENEW_SHARE):
+        for attempt in range(3):
+            started = time.perf_counter()
+            try:
+                client.renew_concurrency_lease(lease, lease_duration=duration)
+            except Exception:  # a server away for a moment: try again, then give up
+                own.add(api_s=time.perf_counter() - started)
+                if attempt == 2 or stop.wait(1.0 + attempt):
+                    return
+                continue
+            own.add(renewals=1, api_s=time.perf_counter() - started)
+            break

@@ -40,3 +40,16 @@ def test_a_place_is_given_back_when_the_batch_fails():
 def test_bad_limit_is_named():
     with pytest.raises(ValueError, match="active batches must be >= 1, got 0"):
         ActiveBatches(0)
+
+
+def test_the_slot_lease_is_60_s_or_what_the_environment_sets_above_it(monkeypatch):
+    from tasks.fetch.batch_slots import lease_seconds
+
+    monkeypatch.delenv("RECRAWL_SLOT_LEASE_S", raising=False)
+    assert lease_seconds() == 60.0
+    monkeypatch.setenv("RECRAWL_SLOT_LEASE_S", "300")
+    assert lease_seconds() == 300.0
+    for bad, message in (("10", ">= 60 s"), ("soon", "a number of seconds")):
+        monkeypatch.setenv("RECRAWL_SLOT_LEASE_S", bad)
+        with pytest.raises(ValueError, match=message):
+            lease_seconds()
