@@ -85,13 +85,19 @@ class PrefectStack:
         path = self.log_path(name)
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def start(self, name: str, args: list[str], cwd: Path | None = None) -> None:
+    def start(
+        self,
+        name: str,
+        args: list[str],
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         """Start ``prefect <args>`` in the background, output to ``<workdir>/<name>.log``."""
         with self.log_path(name).open("wb") as out:
             self.processes[name] = subprocess.Popen(
                 [PREFECT, *args],
                 cwd=cwd or self.workdir,
-                env=self.env,
+                env=env or self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -113,9 +119,18 @@ class PrefectStack:
             raise RuntimeError(f"prefect {' '.join(args)} failed ({done.returncode}):\n{output}")
         return output
 
-    def start_server(self, timeout: float = 120) -> None:
-        """``prefect server start`` on the free port; returns once /api/health answers."""
-        self.start("server", ["server", "start", "--host", "127.0.0.1", "--port", str(self.port)])
+    def start_server(self, timeout: float = 120, database_url: str | None = None) -> None:
+        """``prefect server start`` on the free port; returns once /api/health answers.
+
+        ``database_url``: the server's database (``postgresql+asyncpg://...``; default its
+        SQLite file under ``PREFECT_HOME``). Only the server gets it.
+        """
+        env = dict(self.env)
+        if database_url is not None:
+            env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
+        self.start(
+            "server", ["server", "start", "--host", "127.0.0.1", "--port", str(self.port)], env=env
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.processes["server"].poll() is not None:
@@ -126,9 +141,32 @@ class PrefectStack:
             time.sleep(0.3)
         raise TimeoutError(f"no /api/health within {timeout} s:\n{self.log_text('server')[-3000:]}")
 
-    def start_worker(self, name: str, pool: str, limit: int = 1) -> None:
-        """``prefect worker start``; ``limit`` flow runs at a time (1: a run per worker)."""
-        self.start(name, ["worker", "start", "--pool", pool, "--name", name, "--limit", str(limit)])
+    def start_worker(self, name: str, pool: str, limit: int = 1, own_home: bool = False) -> None:
+        """``prefect worker start``; ``limit`` flow runs at a time (1: a run per worker).
+
+        ``own_home``: the worker as another machine would run it, with its own
+        ``PREFECT_HOME`` and working directory (``<workdir>/<name>/``); what it shares with
+        the others is only the API URL (and the checkout and data roots: shared storage).
+        """
+        args = ["worker", "start", "--pool", pool, "--name", name, "--limit", str(limit)]
+        if not own_home:
+            self.start(name, args)
+            return
+        machine = self.workdir / name
+        (machine / "prefect-home").mkdir(parents=True, exist_ok=True)
+        env = {**self.env, "PREFECT_HOME": str(machine / "prefect-home")}
+        self.start(name, args, cwd=machine, env=env)
+
+    def kill(self, name: str) -> list[int]:
+        """SIGKILL one process and everything below it (a machine lost); the ids killed."""
+        proc = self.processes[name]
+        victims = [proc.pid, *_descendants({proc.pid})]
+        for pid in victims:
+            _signal_group(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        return victims
 
     def worker_of_runs(self, workers: tuple[str, ...]) -> dict[str, list[str]]:
         """Flow run id -> the workers that ran it (from their logs; lost races left out).
