@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
@@ -37,7 +37,6 @@ from tasks.fetch.response_guard import (
     BoundedDecoder,
     check_content_type,
     check_declared_length,
-    head_size,
     looks_like_challenge,
 )
 from tasks.fetch.transport_errors import BodyInterruptedError, classify_failure, stray_cancellation
@@ -130,7 +129,7 @@ async def exchange(
     )
     try:
         status = answer.status
-        headers = _header_dict(answer.raw_headers)
+        headers, head_bytes = _header_dict(answer.raw_headers)
         failure: BodyLimitError | None = None
         body = b""
         success = 200 <= status < 300
@@ -160,8 +159,9 @@ async def exchange(
             body = decoder.body()
         except BodyLimitError as exc:
             failure = exc
-        start_line = f"HTTP/1.1 {status} {answer.reason}"
-        received = head_size(start_line, answer.raw_headers) + answer.downloaded
+        # The head: "HTTP/1.1 " + status + " " + reason + CRLF, the headers, the final CRLF.
+        received = 10 + len(str(status)) + len(answer.reason) + 2 + head_bytes + 2
+        received += answer.downloaded
         plan = route.plan_limit(status, headers)
         stored = None
         if archive is not None and failure is None and plan is None:
@@ -171,14 +171,17 @@ async def exchange(
         await answer.aclose()
 
 
-def _header_dict(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
-    """Response headers as one dict, built once (httpx.Headers.get scans every header)."""
+def _header_dict(raw: Sequence[tuple[bytes, bytes]]) -> tuple[dict[str, str], int]:
+    """Response headers as one dict, built once (httpx.Headers.get scans every header), and
+    their size on the wire (name + ": " + value + CRLF each, as ``head_size`` counts)."""
     headers: dict[str, str] = {}
+    size = 0
     for key, value in raw:
+        size += len(key) + len(value) + 4
         name = key.decode("latin-1").lower()
         text = value.decode("latin-1")
         headers[name] = f"{headers[name]}, {text}" if name in headers else text
-    return headers
+    return headers, size
 
 
 @dataclass(frozen=True, slots=True)

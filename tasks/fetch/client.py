@@ -22,7 +22,7 @@ resolved once through the ``DnsCache``, judged, and connected to at the judged a
 from __future__ import annotations
 
 import http.cookiejar
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -64,7 +64,7 @@ class Answer:
 
     status: int
     reason: str
-    raw_headers: list[tuple[bytes, bytes]]
+    raw_headers: Sequence[tuple[bytes, bytes]]
     http_version: str
     sent_bytes: int  # the request head as sent (approximate: start line and headers)
     downloaded: int
@@ -120,7 +120,7 @@ class _AiohttpAnswer(Answer):
         self._sent = sent
         self.status = response.status
         self.reason = response.reason or ""
-        self.raw_headers = list(response.raw_headers)
+        self.raw_headers = response.raw_headers
         version = response.version
         self.http_version = f"HTTP/{version.major}.{version.minor}" if version else "HTTP/1.1"
         self.sent_bytes = sent_bytes
@@ -167,11 +167,10 @@ class AiohttpPageClient(PageClient):
                 self.proxy_auth = aiohttp.BasicAuth(parts.username, parts.password or "")
             netloc = parts.netloc.rpartition("@")[2]
             self.proxy = URL(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
+        # The attempt's total (request_timeout_s) is the engine's own asyncio timeout; a
+        # per-read timer here would only be rescheduled on every chunk.
         self.timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=settings.request_timeout_s,
-            sock_connect=settings.connect_timeout_s,
-            sock_read=settings.request_timeout_s,
+            total=None, connect=None, sock_connect=settings.connect_timeout_s, sock_read=None
         )
         # The request head's size, less what varies (path, Host and extra headers).
         self._head_base = head_size(
@@ -209,7 +208,8 @@ class AiohttpPageClient(PageClient):
         self.cache = self.guard.cache = cache
 
     async def get(self, url: str, headers: dict[str, str]) -> Answer:
-        await self.guard.check_url(url)
+        if not self.guard.passes_direct(url):
+            await self.guard.check_url(url)
         session = self._session or self._open()
         try:
             target = URL(url, encoded=True)  # normalized by the engine: quote nothing again
@@ -244,7 +244,7 @@ class _HttpxAnswer(Answer):
         self._chunks: AsyncIterator[bytes] = response.aiter_raw()
         self.status = response.status_code
         self.reason = response.reason_phrase
-        self.raw_headers = list(response.headers.raw)
+        self.raw_headers = response.headers.raw
         self.http_version = response.http_version
         self.sent_bytes = sent_bytes
         self.downloaded = 0
@@ -319,7 +319,7 @@ def make_client(settings: FetchSettings, dns: DnsCache | None = None) -> PageCli
     """The batch's client: sized to ``settings.concurrency``, no cookies, no env proxies, every
     request judged by the address policy, host names resolved through ``dns`` (default: a
     cache of its own; the engine hands its state's over with ``PageClient.use_dns``)."""
-    cache = dns or DnsCache(settings.dns_ttl_s)
+    cache = dns if dns is not None else DnsCache(settings.dns_ttl_s)
     policy = settings.address_policy
     proxy_url = settings.proxy_url.get_secret_value() if settings.proxy_url else None
     proxied = proxy_url if proxy_url and settings.mode == "proxy" else None

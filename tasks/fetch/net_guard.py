@@ -182,7 +182,7 @@ class PolicyResolver(AbstractResolver):
 
     def __init__(self, policy: AddressPolicy, cache: DnsCache | None = None) -> None:
         self.policy = policy
-        self.cache = cache or DnsCache()
+        self.cache = cache if cache is not None else DnsCache()
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
@@ -228,7 +228,7 @@ class PolicyNetworkBackend(httpcore.AsyncNetworkBackend):
     ):
         self.policy = policy
         self._inner = inner or httpcore.AnyIOBackend()
-        self.cache = cache or DnsCache()
+        self.cache = cache if cache is not None else DnsCache()
 
     async def connect_tcp(
         self,
@@ -291,7 +291,7 @@ class AddressGuard:
         self.policy = policy
         self.relay = relay
         self.api_origin = _origin(api_url) if api_url else None
-        self.cache = cache or DnsCache()
+        self.cache = cache if cache is not None else DnsCache()
         self.gateway_refusal: str | None = None
         for gateway in gateways:
             parts = urlsplit(gateway)
@@ -300,15 +300,32 @@ class AddressGuard:
                 self.gateway_refusal = f"gateway {parts.hostname}: {why}"
         self._targets: dict[str, asyncio.Future[str | None]] = {}
         self._literal: dict[tuple[str, str], str | None] = {}  # (scheme, host) -> refusal
+        self._origins: dict[str, None] = {}  # scheme://netloc of allowed direct requests
 
     async def check(self, url: httpx.URL) -> None:
         """Raise ``AddressRefusedError`` if the request to ``url`` may not be sent."""
         await self.check_parts(url.scheme, url.host, url.query.decode("ascii", "replace"), url)
 
+    def passes_direct(self, url: str) -> bool:
+        """True when ``url`` is a direct request to an origin the policy let through before
+        (a dictionary look-up: no parsing per request); False when ``check_url`` must judge
+        it (first request to the origin, a relay, a refusal: it then raises)."""
+        if self.relay != "direct" or self.gateway_refusal is not None:
+            return False
+        start = url.find("//") + 2
+        end = len(url)
+        for separator in "/?#":
+            found = url.find(separator, start, end)
+            if found >= 0:
+                end = found
+        return self._origins.get(url[:end], "") is None
+
     async def check_url(self, url: str) -> None:
         """``check`` for a URL as text (the aiohttp client's requests)."""
         parts = urlsplit(url)
         await self.check_parts(parts.scheme, parts.hostname or "", parts.query, url)
+        if self.relay == "direct":  # allowed (check_parts raises otherwise): remember it
+            self._origins[f"{parts.scheme}://{parts.netloc}"] = None
 
     async def check_parts(self, scheme: str, host: str, query: str, url: object) -> None:
         if self.gateway_refusal is not None:

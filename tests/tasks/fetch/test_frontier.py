@@ -150,3 +150,52 @@ def test_plan_gate_limits_all_hosts_but_no_host_state():
     assert frontier.next_dispatch(5.0) is None
     assert len(frontier.drain_all()) == 2
     assert frontier.idle
+
+
+def _scanned_oldest_age(frontier, now):
+    """The definition, by a scan of every waiting page and retry (what the heap replaces)."""
+    ages = [
+        now - entry[2].enqueued_at
+        for lane in frontier.lanes.values()
+        for entry in (*lane.pending, *lane.delayed)
+    ]
+    return max(ages, default=0.0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_oldest_waiting_age_equals_a_scan_of_every_waiting_url(seed):
+    """Admissions, dispatches, retries, shedding and drained hosts in random order: the
+    heap's answer is the scan's, exactly (both subtract the same two floats)."""
+    rng = random.Random(seed)
+    frontier = make_frontier(deadline=400.0)
+    hosts = [f"h{i}.test" for i in range(6)]
+    now = 0.0
+    frontier.admit_many(
+        [WorkItem(i, f"http://{h}/{i}", h, rng.random()) for i, h in enumerate(hosts * 5)], now
+    )
+    next_index = 1000
+    in_flight = []
+    for _ in range(300):
+        now += rng.random()
+        action = rng.random()
+        if action < 0.35:
+            item = frontier.next_dispatch(now)
+            if item is not None:
+                in_flight.append(item)
+        elif action < 0.6 and in_flight:
+            item = in_flight.pop(rng.randrange(len(in_flight)))
+            frontier.complete(item, now, 0.1, Signal.SUCCESS)
+            if rng.random() < 0.5:  # a retry, after a backoff
+                item.attempts += 1
+                item.not_before = now + rng.random() * 5
+                frontier.admit(item, now)
+        elif action < 0.8:
+            host = rng.choice(hosts)
+            next_index += 1
+            frontier.admit(WorkItem(next_index, f"http://{host}/{next_index}", host), now)
+        elif action < 0.9:
+            frontier.shed_for_window(now)
+            frontier.take_shed()
+        else:
+            frontier.drain_host(rng.choice(hosts))
+        assert frontier.oldest_waiting_age(now) == _scanned_oldest_age(frontier, now)
