@@ -477,7 +477,7 @@ class BrowserPool:
     def _measure(self) -> None:
         if self._process is None:
             return
-        pids = group_pids(self._process.pid)
+        pids = tree_pids(self._process.pid)
         rss = sum(_rss(pid) for pid in pids)
         renderers = sum(_is_renderer(pid) for pid in pids)
         self.stats.peak_rss_bytes = max(self.stats.peak_rss_bytes, rss)
@@ -487,7 +487,7 @@ class BrowserPool:
         """Resident memory of the browser's whole process group (0 where /proc is missing)."""
         if self._process is None:
             return 0
-        return sum(_rss(pid) for pid in group_pids(self._process.pid))
+        return sum(_rss(pid) for pid in tree_pids(self._process.pid))
 
     # -- DevTools plumbing -----------------------------------------------------------------
 
@@ -561,6 +561,19 @@ def resolver_rules(allowed_networks: Iterable[str]) -> str:
         if network.startswith("127."):
             excludes = ["127.*"]
     return "--host-resolver-rules=MAP * ~NOTFOUND, " + ", ".join(f"EXCLUDE {e}" for e in excludes)
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its descendants (``/proc/<pid>/task/*/children``: a few files, not a scan
+    of every process on the machine; the kill check at close scans the group instead)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for children in Path(f"/proc/{current}/task").glob("*/children"):
+            with contextlib.suppress(OSError, ValueError):
+                todo.extend(int(c) for c in children.read_text().split())
+    return found
 
 
 def group_pids(pgid: int) -> list[int]:
