@@ -40,7 +40,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import duckdb
 import numpy as np
@@ -61,7 +61,7 @@ from models.discovery.urls import InvalidURLError, canonical, url_host, url_id
 from models.outcomes import WITH_BODY, sql_list
 from tasks.discovery.run import DiscoverySettings, land
 from tasks.fetch.robots import RobotsCache, RobotsRules
-from tasks.fetch.rows import RecordDigest, RecordHasher
+from tasks.fetch.rows import RecordHasher
 from tasks.store.catalog import CatalogStore
 from tasks.store.durable import durable_write_parquet, durable_write_text
 from tasks.store.history import HistoryStore, connect
@@ -131,6 +131,12 @@ class ContentResult:
 # ---------------------------------------------------------------------- in a host batch
 
 
+class CollectedPages(Protocol):
+    """What a batch kept of its answered pages (``PageCollector``, ``OffloadHasher``)."""
+
+    pages: dict[str, PageLinks]
+
+
 class PageCollector:
     """A record hasher that also keeps each answered page's links and canonical link."""
 
@@ -139,7 +145,8 @@ class PageCollector:
         self.pages: dict[str, PageLinks] = {}
         self.unparsed = 0
 
-    def __call__(self, body: bytes, content_type: str | None, url: str) -> str | RecordDigest:
+    # Any: whatever the wrapped hasher returns (a digest, or an awaitable one), passed on.
+    def __call__(self, body: bytes, content_type: str | None, url: str) -> Any:
         digest = self.hasher(body, content_type, url)
         try:
             self.pages[url] = page_links(url, body, content_type)
@@ -152,7 +159,7 @@ class PageCollector:
 def write_batch_content(
     folder: Path,
     batch_name: str,
-    collector: PageCollector,
+    collector: CollectedPages,
     robots: RobotsCache,
     robots_token: str,
     now: datetime,

@@ -67,8 +67,9 @@ from models.planning.cost import COST_MODELS, CostModel
 from models.schemas import HISTORY_SCHEMA
 from tasks.archive.cycle import CycleArchive, previous_captures, with_archived_files
 from tasks.archive.warc import WarcSettings, WarcWriter
-from tasks.cycle.content import PageCollector, write_batch_content
+from tasks.cycle.content import CollectedPages, PageCollector, write_batch_content
 from tasks.cycle.host_record import troubled_hosts
+from tasks.cycle.offload import Offloader, OffloadHasher, OffloadWarcWriter
 from tasks.fetch.batch_slots import ActiveBatches, process_batches
 from tasks.fetch.engine import EngineState, FetchRequest, fetch_batch
 from tasks.fetch.metrics import BatchMetrics
@@ -459,6 +460,7 @@ def run_host_batch(
     warc: bool | WarcSettings = True,
     links: bool = True,
     places: ActiveBatches | None = None,
+    offload: Offloader | None = None,
 ) -> BatchOutcome:
     """Fetch one host batch and stage its rows as the batch's part of the cycle.
 
@@ -478,6 +480,10 @@ def run_host_batch(
     Fetching waits for an active place (``places``, default the process's
     ``tasks.fetch.batch_slots.process_batches()``) and gives it back when the batch reaches its
     tail, so a few throttled or failing hosts do not hold up the batches behind it.
+
+    ``offload`` (a ``tasks.cycle.offload.ContentPool`` or ``DaskContentPool``) runs the
+    extraction, hashing, links and WARC writing in its workers instead of this thread (the
+    default hasher only; a given ``record_hasher`` runs inline).
     """
     wall_start = time.time()
     folder = work_dir(root, cycle_id)
@@ -500,19 +506,37 @@ def run_host_batch(
     ]
     started = time.perf_counter()
     state = engine_state(settings)
-    hasher = record_hasher or default_record_hasher()
-    collector = PageCollector(hasher) if links else None
-    writer = None
+    part = f"{batch_name}-{uuid.uuid4().hex[:8]}"  # a crashed run's files differ
+    hasher: RecordHasher
+    collector: CollectedPages | None
+    if offload is not None and record_hasher is None:
+        collector = OffloadHasher(offload, part, links=links)
+        hasher = collector
+        if not links:
+            collector = None
+    else:
+        hasher = record_hasher or default_record_hasher()
+        collector = PageCollector(hasher) if links else None
+        if collector is not None:
+            hasher = collector
+    writer: WarcWriter | None = None
     published: list[str] = []
     if warc is not False:
         warc_settings = warc if isinstance(warc, WarcSettings) else None
-        writer = WarcWriter(
-            root,
-            int(cycle_id),
-            settings=warc_settings,
-            part=f"{batch_name}-{uuid.uuid4().hex[:8]}",  # a crashed run's files differ
-            previous_captures=previous_captures(root, batch),
-        )
+        captures = previous_captures(root, batch)
+        if offload is not None:
+            writer = OffloadWarcWriter(
+                offload,
+                root,
+                int(cycle_id),
+                settings=warc_settings,
+                part=part,
+                locations=captures.locations if captures is not None else None,
+            )
+        else:
+            writer = WarcWriter(
+                root, int(cycle_id), settings=warc_settings, part=part, previous_captures=captures
+            )
     try:
         with (places or process_batches()).hold() as give_back:
             started = time.perf_counter()  # fetching, not waiting for a place
@@ -524,7 +548,7 @@ def run_host_batch(
                     state=state,
                     window_s=window_s,
                     clock=clock,
-                    record_hasher=collector or hasher,
+                    record_hasher=hasher,
                     cost_hook=cost_hook_for(cost_model),
                     warc=writer,
                     on_tail=give_back,
@@ -544,7 +568,8 @@ def run_host_batch(
             folder, batch_name, collector, state.robots, settings.robots_token, clock()
         )
     _write_json(folder / "metrics" / f"{batch_name}.json", metrics_dict(result.metrics))
-    _write_part(with_archived_files(result.rows, published), part_path)
+    rows = writer.resolve(result.rows) if isinstance(writer, OffloadWarcWriter) else result.rows
+    _write_part(with_archived_files(rows, published), part_path)
     return _outcome(batch_name, part_path, fetch_s, time.perf_counter() - written, wall_start)
 
 
