@@ -174,10 +174,12 @@ async def exchange(
 def _header_dict(raw: Sequence[tuple[bytes, bytes]]) -> tuple[dict[str, str], int]:
     """Response headers as one dict, built once (httpx.Headers.get scans every header), and
     their size on the wire (name + ": " + value + CRLF each, as ``head_size`` counts)."""
-    headers: dict[str, str] = {}
-    size = 0
+    size = 4 * len(raw) + sum([len(key) + len(value) for key, value in raw])
+    headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in raw}
+    if len(headers) == len(raw):
+        return headers, size
+    headers = {}  # a repeated header: its values joined, in order
     for key, value in raw:
-        size += len(key) + len(value) + 4
         name = key.decode("latin-1").lower()
         text = value.decode("latin-1")
         headers[name] = f"{headers[name]}, {text}" if name in headers else text

@@ -42,7 +42,7 @@ from tasks.fetch.attempt import Attempt, BodyLimits, PageLimits, Route, fetch_pa
 from tasks.fetch.client import Answer, PageClient, as_page_client, make_client
 from tasks.fetch.idle_workers import IdleWorkers
 from tasks.fetch.metrics import BatchMetrics, HostPressure
-from tasks.fetch.robots import HOST_FAILURES, fetch_robots, interpret_robots
+from tasks.fetch.robots import HOST_FAILURES, RobotsCache, fetch_robots, interpret_robots
 from tasks.fetch.rows import (
     AttemptCost,
     CostHook,
@@ -223,6 +223,7 @@ class _Batch:
         """Normalize, de-duplicate and check the URLs; queue robots.txt fetches as needed."""
         items: list[WorkItem] = []
         by_url: dict[str, WorkItem] = {}
+        origins: dict[str, tuple[str, str | None]] = {}  # origin -> (host, refusal)
         wall = self.clock()
         for raw in requests:
             request = FetchRequest(raw) if isinstance(raw, str) else raw
@@ -236,11 +237,16 @@ class _Batch:
                 else:
                     self._bad_url(request, f"bad URL: {exc}", wall)
                 continue
-            parts = urlsplit(url)
-            host = parts.netloc
-            refused = self.policy.scheme_refusal(parts.scheme) or self.policy.host_refusal(
-                parts.hostname or ""
-            )
+            origin = RobotsCache.key(url)  # scheme://netloc, sliced (normalized URL)
+            known = origins.get(origin)
+            if known is None:  # once per origin: splitting and judging an address cost
+                parts = urlsplit(url)
+                known = origins[origin] = (
+                    parts.netloc,
+                    self.policy.scheme_refusal(parts.scheme)
+                    or self.policy.host_refusal(parts.hostname or ""),
+                )
+            host, refused = known
             if refused is not None:  # an IP literal: judged here, before any request
                 self.requests.append(request)
                 self.rows.append(
