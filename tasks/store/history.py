@@ -5,6 +5,8 @@ Layout under ``<root>/history/``::
     _manifest.json                  the published state: which files make up each cycle
     cycle=<id>/v-<uuid>/part-0.parquet
     _stats/v-<uuid>.parquet         per-page sufficient statistics (PAGE_STATS_SCHEMA)
+    _last/v-<uuid>.parquet          each page's last observation (``link.LAST_COLUMNS``),
+                                    after the latest cycle and before it
     _staging/<uuid>/                parts of a cycle being written, invisible to readers
 
 Readers only ever look at what the manifest names, and the manifest is replaced with one
@@ -25,6 +27,13 @@ statistics file written before the age sums existed is recomputed from the histo
 by the next commit or the first ``page_sums`` (estimation). So is the whole file when a
 commit brings an observation not later than the page's previous one (the history's order
 then differs from the commits'; the fetcher's clock).
+
+A commit's time does not grow with the history's length (issue 19): each page's last
+observation (what the link needs of the history) is kept in ``_last/``, updated from the
+cycle's rows at each commit; the manifest names it after the latest cycle and before it
+(the one a rewrite of the latest cycle links against). A store without it (written before
+it, or its file corrupt) links against the history files as before, and the commit writes
+the file from them.
 
 A commit's memory does not grow with the cycle (issue 8): the staged parts are read a
 record batch at a time, deduplication and linking run on their keys
@@ -77,7 +86,13 @@ from models.schemas import (
     PAGE_STATS_SCHEMA,
 )
 from tasks.store.durable import durable_rename, durable_write_text, staged
-from tasks.store.link import LinkOutput, link_staged, linked_in_staged_order, merge_rows
+from tasks.store.link import (
+    LinkOutput,
+    link_staged,
+    linked_in_staged_order,
+    merge_rows,
+    write_last_state,
+)
 from tasks.store.stats import (
     AGE_COLUMNS,
     kept_stats,
@@ -402,11 +417,37 @@ class HistoryStore:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
+    def _prior_state(self, manifest: dict[str, Any], cycle_id: int) -> dict[str, Any] | None:
+        """The manifest's entry of the pages' last observations through the latest cycle
+        before ``cycle_id`` (a commit of ``cycle_id`` links against it), if it has one and
+        its file is sound; None otherwise (then the history files are read)."""
+        earlier = [int(c) for c in manifest["cycles"] if int(c) < cycle_id]
+        if not earlier:
+            return None
+        last = manifest.get("last") or {}
+        for entry in (last.get("after"), last.get("before")):
+            if entry and entry.get("through") == max(earlier):
+                try:
+                    verify_file(self.dir / entry["file"], [entry[DIGEST]], "last observations", "")
+                except HistoryCorruptError as exc:
+                    log.warning("%s: linking against the history files instead", exc)
+                    return None
+                return dict(entry)
+        return None
+
+    @staticmethod
+    def _last_files(manifest: dict[str, Any]) -> set[str]:
+        """The files of the pages' last observations a manifest names."""
+        last = manifest.get("last") or {}
+        return {e["file"] for e in (last.get("after"), last.get("before")) if e}
+
     def _publish(self, manifest: dict[str, Any], retire: list[str]) -> None:
         """Replace the manifest atomically, then delete what the previous commit retired."""
-        old_stats = self.manifest().get("stats")
+        current = self.manifest()
+        old_stats = current.get("stats")
         if old_stats and old_stats != manifest.get("stats"):
             retire = [*retire, old_stats["file"]]
+        retire = [*retire, *sorted(self._last_files(current) - self._last_files(manifest))]
         previously_retired = manifest.get("retired", [])
         manifest["retired"] = retire
         manifest["committed_at"] = datetime.now(UTC).isoformat()
@@ -442,6 +483,7 @@ class HistoryStore:
         keep = {e["dir"] for e in manifest["cycles"].values()} | set(manifest["retired"])
         if manifest.get("stats"):
             keep.add(manifest["stats"]["file"])
+        keep |= self._last_files(manifest)
         now = time.time()
         for cycle_dir in self.dir.glob("cycle=*"):
             for version in cycle_dir.iterdir():
@@ -454,6 +496,10 @@ class HistoryStore:
             rel_path = f"_stats/{stats_file.name}"
             if rel_path not in keep and now - stats_file.stat().st_mtime > 60:
                 stats_file.unlink(missing_ok=True)
+        for last_file in (self.dir / "_last").glob("*.parquet"):
+            rel_path = f"_last/{last_file.name}"
+            if rel_path not in keep and now - last_file.stat().st_mtime > 60:
+                last_file.unlink(missing_ok=True)
         for leftover in (self.dir / "_staging").glob("*"):
             if now - leftover.stat().st_mtime > STAGING_MAX_AGE_S:
                 shutil.rmtree(leftover, ignore_errors=True)
@@ -491,6 +537,8 @@ class CycleWriter:
         self.staging = store.dir / "_staging" / uuid.uuid4().hex
         self.parts: list[Path] = []
         self.part_rows: list[int] = []
+        #: the pages' last observations the cycle links against (``HistoryStore._prior_state``)
+        self.prior_state: str | None = None
         self.result: CommitResult | None = None
 
     def write_part(self, rows: pa.Table | pd.DataFrame) -> Path:
@@ -498,7 +546,9 @@ class CycleWriter:
         table = validate_history_rows(rows, self.cycle_id, linked=not self.link)
         path = self.staging / f"part-{len(self.parts):05d}.parquet"
         try:
-            _write_parquet(table, path, digest=False)  # staging: never published as is
+            # staging: never published as is, so neither durable nor hashed (a crash leaves
+            # the staging folder, which a later commit removes)
+            _write_parquet(table, path, digest=False, durable=False)
         except OSError as exc:
             raise write_error(f"staged part of cycle {self.cycle_id}", path, exc) from exc
         self.parts.append(path)
@@ -537,6 +587,9 @@ class CycleWriter:
             data_path = store.dir / version / "part-0.parquet"
             stats_rel = f"_stats/v-{uuid.uuid4().hex}.parquet"
             old_files = store._entry_files([old_entry], verify=True) if old_entry else []
+            prior_entry = store._prior_state(manifest, self.cycle_id)
+            self.prior_state = str(store.dir / prior_entry["file"]) if prior_entry else None
+            last_rel = f"_last/v-{uuid.uuid4().hex}.parquet"
             written: list[Path] = [store.dir / version]  # removed if the commit cannot finish
             try:
                 with commit_connection(self.staging / "spill", self.memory_limit) as con:
@@ -546,9 +599,18 @@ class CycleWriter:
                     pages = self._write_page_stats(
                         con, data_path, walked, prior_files, old_files, store.dir / stats_rel
                     )
+                    written.append(store.dir / last_rel)
+                    last_digest = self._write_last(
+                        con, data_path, prior_files, store.dir / last_rel
+                    )
             except BaseException:
                 _remove(written)
                 raise
+            before = prior_entry if (prior_entry or not prior_files) else None
+            manifest["last"] = {
+                "after": {"file": last_rel, "through": self.cycle_id, DIGEST: last_digest},
+                "before": before,
+            }
             manifest["stats"] = {
                 "file": stats_rel,
                 "pages": pages,
@@ -598,14 +660,17 @@ class CycleWriter:
         walked: LinkOutput
         if self.link:
             walked = self._guarded(
-                "link", work, prior_files, lambda: _link(con, parts, prior_files, work, buckets)
+                "link",
+                work,
+                prior_files,
+                lambda: _link(con, parts, prior_files, work, buckets, self.prior_state),
             )
         else:
             walked = self._guarded(
                 "deduplication",
                 work,
                 prior_files,
-                lambda: _deduplicate(con, parts, prior_files, work, buckets),
+                lambda: _deduplicate(con, parts, prior_files, work, buckets, self.prior_state),
             )
 
         def write() -> int:
@@ -653,6 +718,7 @@ class CycleWriter:
                     COMMIT_BATCH_ROWS,
                     buckets,
                     given_links=True,
+                    prior_state=self.prior_state,
                 )
                 whole = old.counts.unordered > 0
                 removed_ages = old.ages
@@ -684,6 +750,27 @@ class CycleWriter:
 
         rows: int = self._guarded("statistics", path, checked, write)
         return rows
+
+    def _write_last(
+        self, con: duckdb.DuckDBPyConnection, data_path: Path, prior_files: list[str], path: Path
+    ) -> str:
+        """Write each page's last observation after this cycle to ``path`` (durably);
+        return its digest. From the prior state and the cycle's file, or, without a prior
+        state, from the whole history."""
+        rows = [str(data_path)]
+        if self.prior_state is None:
+            rows = [*prior_files, *rows]
+
+        def write() -> str:
+            with staged(path) as tmp:
+                write_last_state(con, self.prior_state, rows, tmp)
+                digest = file_digest(tmp)
+                durable_rename(tmp, path)
+            _remember(path, digest)
+            return digest
+
+        digest: str = self._guarded("last observations", path, rows, write)
+        return digest
 
     def _guarded(self, what: str, path: Path, inputs: list[str], step: Any) -> Any:
         """Run a step of the commit with the store's errors: a corrupt input file, a failed
@@ -805,12 +892,22 @@ def _deduplicate(
     prior_files: list[str],
     work: Path,
     buckets: int,
+    prior_state: str | None,
 ) -> LinkOutput:
     """One row per (url_id, fetched_at): a retried write of the same attempt counts once.
 
     Rows keep their own ``changed``/``interval_days`` (``link=False``); see ``_link``.
     """
-    return link_staged(con, parts, prior_files, work, COMMIT_BATCH_ROWS, buckets, given_links=True)
+    return link_staged(
+        con,
+        parts,
+        prior_files,
+        work,
+        COMMIT_BATCH_ROWS,
+        buckets,
+        given_links=True,
+        prior_state=prior_state,
+    )
 
 
 def _link(
@@ -819,6 +916,7 @@ def _link(
     prior_files: list[str],
     work: Path,
     buckets: int,
+    prior_state: str | None,
 ) -> LinkOutput:
     """Deduplicate, and fill ``changed`` and ``interval_days`` against each page's previous
     observation (``tasks.store.link``): ``work/linked.parquet``, sorted by page.
@@ -826,7 +924,9 @@ def _link(
     Refuses the cycle if an observation whose change is known is not later than the page's
     previous one.
     """
-    walked = link_staged(con, parts, prior_files, work, COMMIT_BATCH_ROWS, buckets)
+    walked = link_staged(
+        con, parts, prior_files, work, COMMIT_BATCH_ROWS, buckets, prior_state=prior_state
+    )
     counts = walked.counts
     if counts.backward:
         raise HistoryInputError(
@@ -907,10 +1007,18 @@ class TableStream:
 
 
 def _write_parquet(
-    rows: pa.Table | TableStream, path: Path, *, digest: bool = True, sidecar: bool = False
+    rows: pa.Table | TableStream,
+    path: Path,
+    *,
+    digest: bool = True,
+    sidecar: bool = False,
+    durable: bool = True,
 ) -> int:
     """Write a Parquet file durably (``tasks.store.durable``: no leftover on error); return its
     row count.
+
+    Not ``durable``: a scratch file of a private folder (a commit's staged parts), written
+    in place with Snappy, unhashed, no fsync; an error removes it.
 
     A table is written at once; a stream a row group of about COMMIT_BATCH_ROWS at a
     time, so memory is one row group whatever the file's size. With ``digest`` the file
@@ -918,6 +1026,15 @@ def _write_parquet(
     read); with ``sidecar`` the digest is also kept next to it (``write_sidecar``), for a
     file no manifest names.
     """
+    if not durable:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            table = rows if isinstance(rows, pa.Table) else pa.concat_tables(rows.tables)
+            pq.write_table(table, path, compression="snappy")
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return int(table.num_rows)
     with staged(path) as tmp:
         if isinstance(rows, TableStream):
             count = _write_row_groups(rows.tables, tmp, rows.schema)

@@ -154,6 +154,47 @@ FROM prior_rows
 ORDER BY url_id, in_cycle, fetched_at, pos
 """
 
+# The same from the pages' last observations kept by the previous commit (``LAST_COLUMNS``):
+# no scan of the history.
+_STATE_ROWS_SQL = """
+SELECT url_id, last_at AS fetched_at, record_hash, last_lm
+FROM last_state WHERE hash(url_id) % $buckets = $bucket
+"""
+
+#: The columns of the pages' last observations (``write_last_state``): the last observation
+#: time, the time and hash of the last observation with a record hash, and the time and
+#: value (days) of the last parsed Last-Modified: what ``_PRIOR_LAST_SQL`` and
+#: ``_PRIOR_ROWS_SQL`` take from the whole history, kept so a commit reads one row per page.
+LAST_COLUMNS = ("url_id", "last_at", "hash_at", "record_hash", "lm_at", "last_lm")
+
+# The pages' last observations over the previous ones ({state}, LAST_COLUMNS) and some
+# history rows ({rows}): each column is a max or an arg_max, so the previous commit's
+# state and the cycle's rows give what the whole history gives (ties of a time aside).
+_LAST_STATE_SQL = """
+SELECT url_id, max(last_at) AS last_at, max(hash_at) AS hash_at,
+       arg_max(record_hash, hash_at) FILTER (WHERE hash_at IS NOT NULL) AS record_hash,
+       max(lm_at) AS lm_at,
+       arg_max(last_lm, lm_at) FILTER (WHERE lm_at IS NOT NULL) AS last_lm
+FROM (
+    SELECT url_id, last_at, hash_at, record_hash, lm_at, last_lm FROM {state}
+    UNION ALL
+    SELECT url_id, fetched_at, if(record_hash IS NULL, NULL, fetched_at), record_hash,
+           if(lm >= 7670, fetched_at, NULL), if(lm >= 7670, lm, NULL)
+    FROM (
+        SELECT url_id, fetched_at, record_hash, lm_days(last_modified) AS lm FROM {rows}
+        WHERE outcome IN (SELECT unnest($observed))
+    )
+)
+GROUP BY url_id
+"""
+_NO_STATE_SQL = """
+SELECT NULL::BIGINT AS url_id, NULL::TIMESTAMPTZ AS last_at, NULL::TIMESTAMPTZ AS hash_at,
+       NULL::VARCHAR AS record_hash, NULL::TIMESTAMPTZ AS lm_at, NULL::DOUBLE AS last_lm
+WHERE false
+"""
+_UPDATED_STATE_SQL = _LAST_STATE_SQL.format(state="last_state", rows="last_rows")
+_FIRST_STATE_SQL = _LAST_STATE_SQL.format(state=f"({_NO_STATE_SQL})", rows="last_rows")
+
 _IN_STAGED_ORDER_SQL = """
 SELECT pos, changed, interval_days FROM linked WHERE pos >= $low AND pos < $high ORDER BY pos
 """
@@ -385,9 +426,13 @@ def link_staged(
     *,
     given_links: bool = False,
     deduplicate: bool = True,
+    prior_state: str | None = None,
 ) -> LinkOutput:
     """Steps 1 and 2 of the module docstring: ``work/linked.parquet``, ``work/ages.parquet``
     and the counts (``LinkPass`` says what ``given_links`` and ``deduplicate`` do).
+
+    ``prior_state``: the pages' last observations in ``prior_files`` as the previous commit
+    kept them (``write_last_state``); step 1 then reads that file instead of the history.
 
     The pages are split into ``buckets`` by a hash of their url_id and linked one bucket
     at a time (see the module docstring).
@@ -395,7 +440,9 @@ def link_staged(
     work.mkdir(parents=True, exist_ok=True)
     con.execute(LM_DAYS_MACRO)
     con.register("staged", _staged_keys(con, parts))
-    if prior_files:
+    if prior_state is not None:
+        con.register("last_state", con.read_parquet(prior_state))
+    elif prior_files:
         con.register("prior_history", con.read_parquet(prior_files, union_by_name=True))
     linked_path, ages_path = work / "linked.parquet", work / "ages.parquet"
     # buckets hold disjoint pages: its carried state never crosses one
@@ -406,7 +453,12 @@ def link_staged(
     ):
         for bucket in range(buckets):
             which = {"buckets": buckets, "bucket": bucket}
-            con.register("prior_rows", _prior_rows(con, prior_files, work, which))
+            if prior_state is not None:
+                prior_path = work / f"prior-{bucket}.parquet"
+                con.sql(_STATE_ROWS_SQL, params=which).to_parquet(str(prior_path))
+                con.register("prior_rows", con.read_parquet(str(prior_path)))
+            else:
+                con.register("prior_rows", _prior_rows(con, prior_files, work, which))
             sorted_keys = con.sql(
                 _SORTED_KEYS_SQL, params={**which, "prior_outcome": PRIOR_OUTCOME}
             )
@@ -416,6 +468,25 @@ def link_staged(
                     linked_writer.write_table(linked)
                     ages_writer.write_table(ages)
     return LinkOutput(linked_path, ages_path, walk.counts())
+
+
+def write_last_state(
+    con: duckdb.DuckDBPyConnection, prior_state: str | None, rows: list[str], path: Path
+) -> None:
+    """Write the pages' last observations (``LAST_COLUMNS``) to ``path``: those of
+    ``prior_state`` (a file this wrote; None: no earlier ones) updated with the history
+    files ``rows`` (the cycle just written, or the whole history)."""
+    con.execute(LM_DAYS_MACRO)
+    if rows:
+        con.register("last_rows", con.read_parquet(rows, union_by_name=True))
+    else:
+        con.register("last_rows", con.from_arrow(HISTORY_SCHEMA.empty_table()))
+    if prior_state is not None:
+        con.register("last_state", con.read_parquet(prior_state))
+        query = _UPDATED_STATE_SQL
+    else:
+        query = _FIRST_STATE_SQL
+    con.sql(query, params=OUTCOME_PARAMS).to_parquet(str(path))
 
 
 def _prior_rows(
