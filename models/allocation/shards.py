@@ -96,16 +96,35 @@ class BudgetRoot:
         return self.high
 
 
-#: the driver's view of the shards: budget multiplier -> one point per shard
-SpendOracle = Callable[[float], Sequence[ShardPoint]]
+#: the driver's view of the shards: (budget multiplier, host capacities solved?) -> one
+#: point per shard
+SpendOracle = Callable[[float, bool], Sequence[ShardPoint]]
+
+
+@dataclass(frozen=True)
+class HostWarmth:
+    """A shard's last host multipliers and how they moved with ``mu``: the next trial's
+    start (the host searches take a few steps from it instead of tens from zero)."""
+
+    mu: float
+    nu: FloatArray
+    nu_slope: FloatArray
 
 
 def shard_point(
-    problem: AllocationProblem, mu: float, *, tolerance: float = HOST_TOLERANCE
-) -> ShardPoint:
-    """The shard's spend at budget multiplier ``mu``, its binding hosts solved.
+    problem: AllocationProblem,
+    mu: float,
+    *,
+    with_hosts: bool = True,
+    warm: HostWarmth | None = None,
+    tolerance: float = HOST_TOLERANCE,
+) -> tuple[ShardPoint, HostWarmth | None]:
+    """The shard's spend at budget multiplier ``mu``, its binding hosts solved (or, if not
+    ``with_hosts``, capacities ignored: one pass), and the warmth for its next trial.
 
     ``problem`` holds the shard's pages only (whole hosts); its ``budget`` is not used.
+    ``warm`` (from the shard's previous trial) changes how fast the host searches end,
+    not where (each to ``tolerance`` of its capacity).
     """
     p = problem
     floor = float(np.sum(p.costs * p.min_frequency))
@@ -113,24 +132,38 @@ def shard_point(
     useful = np.isfinite(scale) & (scale > 0)
     typical = float(np.median(1.0 / (p.costs[useful] * scale[useful]))) if useful.any() else 0.0
     if not np.isfinite(mu):
-        return ShardPoint(floor, 0.0, floor, typical, p.size)
-    point = _HostSolver(p, scale, tolerance).evaluate(mu)
-    return ShardPoint(point.spend, point.slope, floor, typical, p.size)
+        return ShardPoint(floor, 0.0, floor, typical, p.size), warm
+    solver = _HostSolver(p, scale, tolerance)
+    if warm is not None and warm.nu.shape == solver.nu.shape:
+        solver.mu, solver.nu, solver.nu_slope = warm.mu, warm.nu, warm.nu_slope
+    point = solver.evaluate(mu, with_hosts=with_hosts)
+    after = HostWarmth(solver.mu, solver.nu, solver.nu_slope) if with_hosts else warm
+    return ShardPoint(point.spend, point.slope, floor, typical, p.size), after
 
 
 def shard_frequencies(
-    problem: AllocationProblem, root: BudgetRoot, *, tolerance: float = HOST_TOLERANCE
+    problem: AllocationProblem,
+    root: BudgetRoot,
+    *,
+    warm: HostWarmth | None = None,
+    tolerance: float = HOST_TOLERANCE,
 ) -> FloatArray:
     """The shard's frequencies at the driver's root (mixed across its bracket if need be)."""
     p = problem
     if not np.isfinite(root.high):
         return p.min_frequency.copy()
     scale = page_scale(p)
-    high = _HostSolver(p, scale, tolerance).evaluate(root.high).frequencies
+
+    def at(mu: float) -> FloatArray:
+        solver = _HostSolver(p, scale, tolerance)
+        if warm is not None and warm.nu.shape == solver.nu.shape:
+            solver.mu, solver.nu, solver.nu_slope = warm.mu, warm.nu, warm.nu_slope
+        return solver.evaluate(mu).frequencies
+
+    high = at(root.high)
     if root.theta == 0.0 or root.low == root.high:
         return high
-    low = _HostSolver(p, scale, tolerance).evaluate(root.low).frequencies
-    return np.asarray(high + root.theta * (low - high), dtype=np.float64)
+    return np.asarray(high + root.theta * (at(root.low) - high), dtype=np.float64)
 
 
 def solve_multiplier(
@@ -138,30 +171,44 @@ def solve_multiplier(
 ) -> BudgetRoot:
     """The budget's multiplier from the shards' spends: safeguarded Newton on log mu.
 
-    Each step asks every shard once (``oracle``). Spend falls continuously as ``mu``
-    rises; Newton uses the summed exact slopes until two points bracket the root, then
-    the secant (Illinois-damped) through the bracket, bisecting in log mu whenever a step
-    leaves it or does not halve the gap. Stops at ``tolerance`` relative to the budget, or
-    when float64 cannot split the bracket (then the ends are mixed: :class:`BudgetRoot`).
+    Each step asks every shard once (``oracle``). First without host capacities (one
+    cheap pass per shard and step) to 1e-4: capacities only lower the spend, so that root
+    bounds the real one from above and starts it close. Then with them, to ``tolerance``
+    relative to the budget; far below the start, ``mu = 0`` is tried (capacities alone
+    may keep the spend within the budget). See :func:`_root`.
     """
     if not np.isfinite(budget) or budget < 0:
         raise AllocationInputError(f"budget must be a finite non-negative number, got {budget}")
-    steps = 1
-    start = oracle(0.0)
-    spend0 = math.fsum(s.spend for s in start)
-    floor = math.fsum(s.floor for s in start)
-    if spend0 <= budget * (1 + tolerance):  # the budget does not bind
-        return BudgetRoot(0.0, 0.0, 0.0, spend0, steps)
+    free = oracle(0.0, False)
+    spend0 = math.fsum(s.spend for s in free)
+    floor = math.fsum(s.floor for s in free)
+    if spend0 <= budget * (1 + tolerance):  # the budget does not bind, even without capacities
+        return BudgetRoot(0.0, 0.0, 0.0, math.fsum(s.spend for s in oracle(0.0, True)), 2)
     if budget <= floor * (1 + 1e-12):  # nothing beyond the minimums is affordable
-        return BudgetRoot(np.inf, np.inf, 0.0, floor, steps)
-    slope0 = math.fsum(s.slope for s in start)
-    if np.isfinite(spend0) and slope0 < 0:
-        x = math.log((spend0 - budget) / -slope0)
-    else:
-        typical = [s.typical for s in start if s.typical > 0]
-        if not typical:
-            raise AllocationInputError("no page can gain from a visit (all rates or weights are 0)")
-        x = math.log(float(np.median(typical)))
+        return BudgetRoot(np.inf, np.inf, 0.0, floor, 1)
+    typical = [s.typical for s in free if s.typical > 0]
+    if not typical:
+        raise AllocationInputError("no page can gain from a visit (all rates or weights are 0)")
+    x = math.log(float(np.median(typical)))
+    start = _root(lambda mu: oracle(mu, False), budget, x, -math.inf, 1e-4)
+    x = math.log(start.high) if start.high > 0 else x
+    root = _root(lambda mu: oracle(mu, True), budget, x, x - 40.0, tolerance)
+    return BudgetRoot(root.low, root.high, root.theta, root.spent, 1 + start.steps + root.steps)
+
+
+def _root(
+    evaluate: Callable[[float], Sequence[ShardPoint]],
+    budget: float,
+    x: float,
+    x_floor: float,
+    tolerance: float,
+) -> BudgetRoot:
+    """Newton on log mu with the summed slopes (the secant through the last two points
+    once there are two: the exact slope misses the spend's kinks) until two points bracket
+    the root, then inside the bracket, bisecting in log mu when a step leaves it or two
+    steps in a row do not halve the gap. Below ``x_floor``, ``mu = 0``. Stops at
+    ``tolerance``, or when float64 cannot split the bracket (the ends are then mixed).
+    """
     lo, hi = -math.inf, math.inf  # log mu spending too much / too little
     spend_lo, spend_hi = math.inf, -math.inf
     gap_lo, gap_hi = math.nan, math.nan
@@ -169,14 +216,16 @@ def solve_multiplier(
     last_gap = math.inf
     stalls = 0  # steps in a row that did not halve the gap
     previous: tuple[float, float] | None = None  # (log mu, gap) of the last step
+    steps = 0
     for _ in range(_MAX_STEPS):
-        points = oracle(math.exp(x))
+        mu = math.exp(x) if x > x_floor else 0.0
+        points = evaluate(mu)
         steps += 1
         spend = math.fsum(s.spend for s in points)
-        gap = spend / budget - 1.0
-        if abs(gap) <= tolerance:
-            mu = math.exp(x)
+        if abs(spend / budget - 1.0) <= tolerance or (mu == 0.0 and spend < budget):
             return BudgetRoot(mu, mu, 0.0, spend, steps)
+        # the gap in logs: the spend falls over decades of mu, about linearly in log-log
+        gap = math.log(spend / budget) if spend > 0 else -math.inf
         if gap > 0:
             if kept == 1:
                 gap_hi *= 0.5
@@ -188,10 +237,8 @@ def solve_multiplier(
         bracketed = math.isfinite(lo) and math.isfinite(hi)
         if bracketed and hi - lo <= 4e-16 * max(1.0, abs(x)):
             break
-        d_gap = math.exp(x) * math.fsum(s.slope for s in points) / budget  # per log mu
-        if previous is not None and previous[1] != gap:
-            # the secant through the last two points: the exact slope misses the kinks
-            # (pages reaching a bound, hosts starting to bind) that the spend has
+        d_gap = mu * math.fsum(s.slope for s in points) / spend if spend > 0 else 0.0
+        if previous is not None and previous[1] != gap and mu > 0:
             d_gap = (gap - previous[1]) / (x - previous[0])
         previous = (x, gap)
         newton = x - gap / d_gap if d_gap < 0 else math.nan
@@ -211,7 +258,7 @@ def solve_multiplier(
             if not lo < target < hi:
                 target = x + (4.0 if gap > 0 else -4.0)
         last_gap = abs(gap)
-        x = target
+        x = max(target, x_floor)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise AllocationInputError("could not bracket the budget multiplier")
     theta = min(max((budget - spend_hi) / (spend_lo - spend_hi), 0.0), 1.0)
@@ -239,8 +286,27 @@ KNOTS = 256
 
 
 @dataclass
+class SelectionState:
+    """What the selection has taken of one shard so far (per page, and per host)."""
+
+    taken: NDArray[np.bool_]
+    reason: IntArray
+    score: FloatArray
+    used: FloatArray
+
+    @classmethod
+    def start(cls, pages: int, hosts: int) -> SelectionState:
+        return cls(
+            np.zeros(pages, dtype=bool),
+            np.full(pages, -1, dtype=np.int64),
+            np.zeros(pages),
+            np.zeros(hosts),
+        )
+
+
+@dataclass
 class ShardSelection:
-    """One shard's candidates and what the selection has taken of them so far.
+    """One shard's candidates and its :class:`SelectionState`.
 
     ``offset`` is the global position of the shard's first page (shards are laid end to
     end in the global order); ``host_capacity`` is per shard host code (visits this cycle).
@@ -249,25 +315,15 @@ class ShardSelection:
     candidates: Candidates
     host_capacity: FloatArray
     offset: int
-    taken: NDArray[np.bool_]
-    reason: IntArray
-    score: FloatArray
-    used: FloatArray
+    state: SelectionState
 
     @classmethod
     def start(
         cls, candidates: Candidates, host_capacity: FloatArray, offset: int
     ) -> ShardSelection:
-        n = candidates.size
-        return cls(
-            candidates,
-            np.asarray(host_capacity, dtype=np.float64),
-            int(offset),
-            np.zeros(n, dtype=bool),
-            np.full(n, -1, dtype=np.int64),
-            np.zeros(n),
-            np.zeros(host_capacity.shape[0]),
-        )
+        capacity = np.asarray(host_capacity, dtype=np.float64)
+        state = SelectionState.start(candidates.size, capacity.shape[0])
+        return cls(candidates, capacity, int(offset), state)
 
 
 @dataclass(frozen=True)
@@ -282,12 +338,14 @@ class SelectionSettings:
 
 @dataclass(frozen=True)
 class Ranked:
-    """A shard's pool for one slice, in key order: local index, score, global position, cost."""
+    """A shard's pool for one take, in key order: local index, score, global position,
+    cost and host code of each page."""
 
     index: IntArray
     score: FloatArray
     position: IntArray
     cost: FloatArray
+    host: IntArray
 
 
 @dataclass(frozen=True)
@@ -363,7 +421,7 @@ def rank_shard(shard: ShardSelection, code: int, settings: SelectionSettings) ->
     in key order (``select_batch``'s ``_fill`` before its budget cut)."""
     eligible, scores = _slice_rule(shard, code, settings)
     c = shard.candidates
-    pool = np.flatnonzero(eligible & ~shard.taken)
+    pool = np.flatnonzero(eligible & ~shard.state.taken)
     pool = pool[np.argsort(-scores[pool], kind="stable")]
     hosts = c.hosts[pool]
     by_host = np.argsort(hosts, kind="stable")
@@ -375,9 +433,10 @@ def rank_shard(shard: ShardSelection, code: int, settings: SelectionSettings) ->
     rank[by_host] = np.arange(pool.shape[0]) - np.repeat(
         starts, np.diff(np.r_[starts, pool.shape[0]])
     )
-    left = shard.host_capacity - shard.used
-    pool = pool[rank < np.floor(left[hosts] + 1e-9)]
-    return Ranked(pool, scores[pool], pool + shard.offset, c.cost[pool])
+    left = shard.host_capacity - shard.state.used
+    keep = rank < np.floor(left[hosts] + 1e-9)
+    pool = pool[keep]
+    return Ranked(pool, scores[pool], pool + shard.offset, c.cost[pool], hosts[keep])
 
 
 def shard_knots(ranked: Ranked, allowed: float, knots: int = KNOTS) -> Band:
@@ -394,18 +453,18 @@ def shard_knots(ranked: Ranked, allowed: float, knots: int = KNOTS) -> Band:
 
 
 def _upto(ranked: Ranked, score: FloatArray, position: IntArray) -> IntArray:
-    """For each key (score, position), how many of the ranked pages come at or before it."""
-    n = ranked.index.shape[0]
-    q = score.shape[0]
-    # pages and queries sorted together by key; a query sorts after a page with its key
-    all_score = np.r_[ranked.score, score]
-    all_pos = np.r_[ranked.position, position]
-    is_query = np.r_[np.zeros(n, np.int8), np.ones(q, np.int8)]
-    order = np.lexsort((is_query, all_pos, -all_score))
-    pages_before = np.cumsum(is_query[order] == 0)
-    out = np.empty(q, dtype=np.int64)
-    queries = order[is_query[order] == 1] - n
-    out[queries] = pages_before[is_query[order] == 1]
+    """For each key (score, position), how many of the ranked pages come at or before it.
+
+    Binary searches on the ranked pages (sorted by key): pages scoring more, then, within
+    a run of equal scores, those at or before the position.
+    """
+    negative = -ranked.score
+    above = np.searchsorted(negative, -score, side="left")
+    through = np.searchsorted(negative, -score, side="right")
+    out = above.astype(np.int64)
+    for i in np.flatnonzero(through > above):  # ties: one search per key, not per page
+        run = ranked.position[above[i] : through[i]]
+        out[i] += int(np.searchsorted(run, position[i], side="right"))
     return out
 
 
@@ -438,7 +497,7 @@ def shard_cheap_after(ranked: Ranked, last: Band, left: float) -> Band:
     return Band(ranked.score[at], ranked.position[at], ranked.cost[at])
 
 
-def apply_cut(shard: ShardSelection, ranked: Ranked, cut: Cut) -> float:
+def apply_cut(state: SelectionState, ranked: Ranked, cut: Cut) -> float:
     """Take the cut's pages of this shard; return their cost (the driver's ``remaining``)."""
     if cut.everything:
         count = ranked.index.shape[0]
@@ -446,31 +505,30 @@ def apply_cut(shard: ShardSelection, ranked: Ranked, cut: Cut) -> float:
         count = int(_upto(ranked, cut.last.score, cut.last.position)[0])
     else:
         count = 0
-    extra = (
-        ranked.index[np.isin(ranked.position, cut.extra)] if cut.extra.size else ranked.index[:0]
-    )
-    chosen = np.r_[ranked.index[:count], extra]
-    if chosen.size == 0:
+    at = np.arange(count)
+    if cut.extra.size:
+        at = np.r_[at, np.flatnonzero(np.isin(ranked.position, cut.extra))]
+    if at.size == 0:
         return 0.0
-    scores = np.zeros(shard.candidates.size)
-    scores[ranked.index] = ranked.score
-    shard.taken[chosen] = True
-    shard.reason[chosen] = cut.code
-    shard.score[chosen] = scores[chosen]
-    np.add.at(shard.used, shard.candidates.hosts[chosen], 1.0)
-    return float(shard.candidates.cost[chosen].sum())
+    chosen = ranked.index[at]
+    state.taken[chosen] = True
+    state.reason[chosen] = cut.code
+    state.score[chosen] = ranked.score[at]
+    np.add.at(state.used, ranked.host[at], 1.0)
+    return float(ranked.cost[at].sum())
 
 
 def finish_shard(shard: ShardSelection, settings: SelectionSettings) -> dict[str, NDArray[Any]]:
     """After the discovery fix, the shard's chosen pages (global position order)."""
     c = shard.candidates
     known, _, _, p_changed, gain = _page_terms(c, settings.cycle_days)
-    shard.reason[shard.taken & ~known] = DISCOVERY  # first visits keep their reason
-    index = np.flatnonzero(shard.taken)
+    state = shard.state
+    state.reason[state.taken & ~known] = DISCOVERY  # first visits keep their reason
+    index = np.flatnonzero(state.taken)
     return {
         "position": index + shard.offset,
-        "reason": shard.reason[index],
-        "score": shard.score[index],
+        "reason": state.reason[index],
+        "score": state.score[index],
         "expected_gain": gain[index],
         "expected_change": p_changed[index],
         "cost": c.cost[index],
@@ -480,7 +538,7 @@ def finish_shard(shard: ShardSelection, settings: SelectionSettings) -> dict[str
 class SelectionShards(Protocol):
     """The driver's view of the shards during selection: each call asks every shard once
     and returns one answer per shard, in shard order (in memory: :class:`LocalShards`;
-    on Dask workers over Parquet: ``tasks.cycle.sharded_planning``)."""
+    on Dask workers over Parquet: ``tasks.cycle.sharded_planning.DaskShards``)."""
 
     def knots(self, code: int, allowed: float) -> list[Band]: ...
 
@@ -491,8 +549,6 @@ class SelectionShards(Protocol):
     def cheap_after(self, code: int, last: Band, left: float) -> list[Band]: ...
 
     def apply(self, cut: Cut) -> list[float]: ...
-
-    def finish(self) -> list[dict[str, NDArray[Any]]]: ...
 
 
 def _one(band: Band, i: int) -> Band:
@@ -532,14 +588,14 @@ def decide_take(shards: SelectionShards, code: int, allowed: float) -> Cut:
     return Cut(code, last, False, extra)
 
 
-def select_sharded(shards: SelectionShards, settings: SelectionSettings) -> CyclePlan:
-    """``select_batch`` on the shards' candidates laid end to end, shard by shard.
+def run_takes(shards: SelectionShards, settings: SelectionSettings) -> float:
+    """Every take of ``select_batch``, in its order, on the shards; returns the budget left.
 
-    The same takes in the same order; only the budget crosses shards (host capacities are
-    the shards' own), so the batch is the same, with one caveat of rounding: the driver
-    adds up a slice's spend shard by shard where ``select_batch`` adds it page by page, so
-    a page whose cumulated cost lands within a few ulps of the slice's limit could go the
-    other way (never seen; the budget itself is respected either way).
+    Only the budget crosses shards (host capacities are the shards' own), so the pages
+    taken are ``select_batch``'s, with one caveat of rounding: the driver adds a take's
+    spend up shard by shard where ``select_batch`` adds it page by page, so a page whose
+    cumulated cost lands within a few ulps of the take's limit could go the other way
+    (never seen; the budget is respected either way).
     """
     budget, slices = settings.budget, settings.slices
     remaining = float(budget)
@@ -554,10 +610,15 @@ def select_sharded(shards: SelectionShards, settings: SelectionSettings) -> Cycl
         allowed = min(remaining, shares.get(code, remaining))
         cut = decide_take(shards, code, allowed)
         remaining -= math.fsum(shards.apply(cut))
-    parts = shards.finish()
-    column = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {}
-    if not column:
+    return remaining
+
+
+def assemble_plan(parts: Sequence[dict[str, NDArray[Any]]], budget: float) -> CyclePlan:
+    """The shards' chosen pages (shard order) as ``select_batch`` orders its plan: by
+    reason, then score, ties by global position."""
+    if not parts:
         raise AllocationInputError("no shards to select from")
+    column = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     order = np.lexsort((-column["score"], column["reason"]))
     return CyclePlan(
         index=column["position"][order],
@@ -568,6 +629,12 @@ def select_sharded(shards: SelectionShards, settings: SelectionSettings) -> Cycl
         cost=column["cost"][order],
         budget=float(budget),
     )
+
+
+def select_sharded(shards: LocalShards, settings: SelectionSettings) -> CyclePlan:
+    """``select_batch`` on the shards' candidates laid end to end, shard by shard."""
+    run_takes(shards, settings)
+    return assemble_plan(shards.finish(), settings.budget)
 
 
 class LocalShards:
@@ -597,7 +664,7 @@ class LocalShards:
 
     def apply(self, cut: Cut) -> list[float]:
         ranked = self._rank(cut.code)
-        spent = [apply_cut(s, r, cut) for s, r in zip(self.shards, ranked, strict=True)]
+        spent = [apply_cut(s.state, r, cut) for s, r in zip(self.shards, ranked, strict=True)]
         self._ranked = {}
         return spent
 

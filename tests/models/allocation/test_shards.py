@@ -11,8 +11,10 @@ from models.allocation.allocate import Allocation, AllocationProblem, solve
 from models.allocation.freshness import FRESHNESS
 from models.allocation.shards import (
     BudgetRoot,
+    HostWarmth,
     LocalShards,
     SelectionSettings,
+    ShardPoint,
     ShardSelection,
     select_sharded,
     shard_frequencies,
@@ -86,37 +88,51 @@ def make_web(pages: int, hosts: int, shards: int, seed: int = 7, share: float = 
 
 
 def sharded_solve(web: Web, budget: float) -> tuple[BudgetRoot, np.ndarray]:
+    """The driver over in-memory shards, each keeping its warmth between trials."""
     problems = web.shard_problems(budget)
-    root = solve_multiplier(lambda mu: [shard_point(p, mu) for p in problems], budget)
-    return root, np.concatenate([shard_frequencies(p, root) for p in problems])
+    warmth: list[HostWarmth | None] = [None] * len(problems)
+
+    def oracle(mu: float, with_hosts: bool) -> list[ShardPoint]:
+        points = []
+        for k, p in enumerate(problems):
+            point, warmth[k] = shard_point(p, mu, with_hosts=with_hosts, warm=warmth[k])
+            points.append(point)
+        return points
+
+    root = solve_multiplier(oracle, budget)
+    f = [shard_frequencies(p, root, warm=w) for p, w in zip(problems, warmth, strict=True)]
+    return root, np.concatenate(f)
 
 
-def assert_same_frequencies(web: Web, single: Allocation, sharded: np.ndarray) -> None:
-    """Every page to 1e-9 relative, widened where the page's frequency is ill-conditioned.
+def assert_same_frequencies(web: Web, single: Allocation, sharded: np.ndarray) -> int:
+    """Every page to 1e-9 relative, widened where the single-process answer is itself
+    only that good; returns how many pages needed the widening.
 
-    Error bound: both solvers stop within their tolerance of the same optimum; the
-    single-process one accepts a relative gap of TOLERANCE (1e-11) on the budget and each
-    binding capacity, the sharded one 1e-13. So the multipliers agree to about TOLERANCE
-    relative, and a page's frequency moves with its multiplier m by its elasticity
-    E = |d log f / d log m| = phi(r) / (r phi'(r)) (freshness: q(r) / (r^2 e^-r), r =
-    rate / f): about 1/2 for most pages, but thousands for a page about to be given up
-    (r above 10). So |df| / f <= 1e-9 + E * TOLERANCE per page, and every page within
-    1e-9 of the per-page cap (1 visit/day) absolutely.
+    Error bound: both solvers stop within their tolerance of the same optimum: the
+    single-process one accepts a relative gap of TOLERANCE (1e-11) on the budget and on
+    each binding capacity, the sharded one 1e-13. (1) The multipliers then agree to about
+    TOLERANCE relative, and a page's frequency moves with its multiplier m by its
+    elasticity E = |d log f / d log m| = phi(r) / (r phi'(r)) (freshness: q(r) / (r^2
+    e^-r), r = rate / f): about 1/2 for most pages, thousands for a page about to be given
+    up (r above 10). (2) A host's load may miss its capacity by TOLERANCE x capacity, and
+    that slack can sit on one page: its most elastic. So per page
+    |df| <= (1e-9 + E x TOLERANCE) f + 2 TOLERANCE x capacity of its host.
     """
     f = single.frequencies
     top = np.maximum(f, sharded)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r = np.where(top > 0, web.rates / top, np.inf)
-        elasticity = np.where(
-            np.isfinite(r) & (r > 0), FRESHNESS.phi(r) / (r * FRESHNESS.phi_slope(r)), 0.0
-        )
-    # a page at its cap (f = 1) or given up (f = 0) in both does not move with m
+        elasticity = FRESHNESS.phi(r) / (r * FRESHNESS.phi_slope(r))
+    # a page at its cap or given up in both does not move with m
     elasticity = np.where((f == sharded) | ~np.isfinite(elasticity), 0.0, elasticity)
     gap = np.abs(sharded - f)
-    assert gap.max() <= 1e-9, gap.max()
-    allowed = (1e-9 + elasticity * TOLERANCE) * top
+    slack = 2 * TOLERANCE * web.capacity[web.hosts]
+    allowed = (1e-9 + elasticity * TOLERANCE) * top + slack
     worst = int(np.argmax(gap - allowed))
     assert gap[worst] <= allowed[worst], (worst, f[worst], sharded[worst], elasticity[worst])
+    widened = int(np.sum(gap > 1e-9 * top))
+    assert widened <= 1e-4 * f.shape[0], widened  # the exception, not the rule
+    return widened
 
 
 def binding_hosts(web: Web, f: np.ndarray) -> int:
@@ -162,8 +178,8 @@ def test_shards_spend_adds_up_to_the_single_process_spend() -> None:
     """Spend at one multiplier: the shards' sum is the whole problem's (capacities per host)."""
     web = make_web(20_000, 200, shards=4)
     budget = 0.2 * float(web.costs.sum())
-    whole = shard_point(web.problem(budget), 0.4)
-    parts = [shard_point(p, 0.4) for p in web.shard_problems(budget)]
+    whole, _ = shard_point(web.problem(budget), 0.4)
+    parts = [shard_point(p, 0.4)[0] for p in web.shard_problems(budget)]
     assert abs(sum(p.spend for p in parts) / whole.spend - 1) < 1e-12
     assert sum(p.pages for p in parts) == web.rates.shape[0]
 
@@ -267,9 +283,10 @@ def test_sharded_selection_needs_the_global_random_stream() -> None:
 @pytest.mark.scale
 def test_sharded_plan_equals_single_process_at_a_million_pages() -> None:
     web = make_web(1_000_000, 10_000, shards=8)
-    budget = 0.2 * float(web.costs.sum())
+    budget = 0.07 * float(web.costs.sum())
     single = solve(web.problem(budget))
-    _, f = sharded_solve(web, budget)
+    root, f = sharded_solve(web, budget)
+    assert single.multiplier > 0 and root.multiplier > 0
     assert binding_hosts(web, single.frequencies) >= 100
     assert_same_frequencies(web, single, f)
     # the batch from those frequencies, single-process and sharded

@@ -1,0 +1,147 @@
+"""Sharded planning on Dask workers over Parquet shards equals the single-process plan."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from models.allocation.allocate import allocate
+from models.allocation.solver import TOLERANCE
+from models.planning.select import REASONS, Candidates, PlanningInputError, select_batch
+from tasks.cycle.sharded_planning import (
+    PlanSettings,
+    ShardSet,
+    plan_sharded,
+    single_process_inputs,
+    write_shards,
+)
+
+distributed = pytest.importorskip(
+    "distributed",
+    reason="dask.distributed is not installed (pip install 'dask[distributed]'): "
+    "the sharded planner's Dask path is not tested",
+)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+    )
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def pages_table(pages: int, hosts: int, seed: int) -> pd.DataFrame:
+    """Pages to plan: string hosts, value tiers, costs, rates, some never fetched, and a
+    per-host capacity on half the hosts (the rest take the settings' capacity)."""
+    rng = np.random.default_rng(seed)
+    host = rng.integers(0, hosts, pages)
+    capacity = np.where(rng.random(hosts) < 0.5, rng.integers(2, 40, hosts), np.nan)
+    known = rng.random(pages) < 0.85
+    return pd.DataFrame(
+        {
+            "url_id": rng.permutation(pages).astype(np.int64) + 1000,
+            "host": np.char.add("host-", host.astype(str)),
+            "rate": rng.lognormal(-2.5, 1.5, pages),
+            "log_std": rng.uniform(0.0, 3.0, pages),
+            "value": rng.choice([1.0, 2.0, 5.0, 10.0], pages),
+            "cost": np.round(rng.lognormal(0.0, 0.4, pages), 3),
+            "days_since_visit": np.where(known, rng.exponential(8.0, pages), np.nan),
+            "capacity": capacity[host],
+        }
+    )
+
+
+def single_process_plan(shards: ShardSet, settings: PlanSettings) -> tuple[pd.DataFrame, Any]:
+    """``models.planning.core``'s allocate-then-select on every shard laid end to end."""
+    parts = single_process_inputs(shards, settings)
+    cat = {k: np.concatenate([getattr(p, k) for p in parts]) for k in parts[0].__dict__}
+    shift = np.cumsum([0] + [p.capacity.shape[0] for p in parts[:-1]])
+    hosts = np.concatenate([p.codes + s for p, s in zip(parts, shift, strict=True)])
+    days = settings.cycle_days
+    allocation = allocate(
+        cat["rate"],
+        settings.allocation_budget,
+        weights=cat["value"],
+        costs=cat["cost"],
+        hosts=hosts,
+        host_capacity=cat["capacity"] / days,
+        max_frequency=1.0 / days,
+    )
+    candidates = Candidates(
+        cat["url_id"],
+        hosts,
+        cat["value"],
+        cat["cost"],
+        cat["rate"],
+        allocation.frequencies,
+        cat["log_std"],
+        cat["days_since_visit"],
+    )
+    plan = select_batch(
+        candidates,
+        settings.budget,
+        cat["capacity"],
+        slices=settings.slices,
+        cycle_days=days,
+        seed=settings.seed,
+    )
+    frame = pd.DataFrame(
+        {
+            "url_id": cat["url_id"][plan.index],
+            "reason": np.asarray(REASONS, dtype=object)[plan.reason],
+            "score": plan.score,
+            "frequency": allocation.frequencies[plan.index],
+        }
+    )
+    return frame, (allocation, hosts, cat["capacity"])
+
+
+def test_sharded_plan_on_dask_equals_the_single_process_plan(client: Any, tmp_path: Path) -> None:
+    frame = pages_table(20_000, 300, seed=3)
+    source = tmp_path / "pages.parquet"
+    frame.to_parquet(source, index=False)
+    shards = write_shards(source, tmp_path / "shards", 5)
+    assert len(shards.folders) == 5 and shards.size == len(frame)
+    # every host lives in exactly one shard
+    seen = [set(pq.read_table(f).column("host").to_pylist()) for f in shards.folders]
+    assert sum(len(s) for s in seen) == len(set().union(*seen))
+    budget = 0.1 * float(frame["cost"].sum())
+    settings = PlanSettings(budget, host_capacity=25.0, seed=4)
+    result = plan_sharded(client, shards, settings, tmp_path / "plan.parquet")
+    single, (allocation, hosts, capacity) = single_process_plan(shards, settings)
+    assert result.root.multiplier > 0 and allocation.multiplier > 0  # the budget binds
+    load = np.bincount(hosts, allocation.frequencies)
+    assert (load >= capacity - 1e-9).sum() >= 5  # and host capacities bind
+    print(result.seconds, result.shard_calls)
+    plan = pd.read_parquet(result.path)
+    assert len(plan) == result.rows == len(single) > 100
+    # the same pages, same reasons, same order; frequencies to the allocation's bound
+    # (1e-9 relative, plus twice the single-process solver's capacity slack: see
+    # tests/models/allocation/test_shards.py)
+    np.testing.assert_array_equal(plan["url_id"].to_numpy(), single["url_id"].to_numpy())
+    np.testing.assert_array_equal(plan["reason"].to_numpy(), single["reason"].to_numpy())
+    np.testing.assert_allclose(plan["score"], single["score"], rtol=1e-6)
+    np.testing.assert_allclose(
+        plan["frequency"], single["frequency"], rtol=1e-9, atol=2 * TOLERANCE * 40
+    )
+    assert result.spent <= budget * (1 + 1e-12)
+
+
+def test_write_shards_refuses_pages_without_their_columns(tmp_path: Path) -> None:
+    source = tmp_path / "pages.parquet"
+    pages_table(100, 5, seed=1).drop(columns=["rate"]).to_parquet(source, index=False)
+    with pytest.raises(PlanningInputError, match="lack the columns rate"):
+        write_shards(source, tmp_path / "shards", 3)
