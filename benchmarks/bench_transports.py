@@ -158,39 +158,11 @@ def run_httpx(urls: list[str], concurrency: int) -> dict[str, object]:
 
 
 def run_scrapy(urls: list[str], concurrency: int) -> dict[str, object]:
-    import scrapy
-    from scrapy.crawler import CrawlerProcess
+    """The same spider as ``bench_fetch.py``'s (one request per host, robots.txt obeyed)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_fetch import run_scrapy as spider
 
-    class PagesSpider(scrapy.Spider):  # type: ignore[misc]
-        name = "pages"
-
-        async def start(self):  # type: ignore[no-untyped-def]
-            for url in urls:
-                yield scrapy.Request(url, callback=self.parse, dont_filter=True)
-
-        def parse(self, response):  # type: ignore[no-untyped-def]
-            return None
-
-    process = CrawlerProcess(
-        settings={
-            "CONCURRENT_REQUESTS": concurrency,
-            "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
-            "DOWNLOAD_DELAY": 0,
-            "ROBOTSTXT_OBEY": True,
-            "LOG_LEVEL": "WARNING",
-            "TELNETCONSOLE_ENABLED": False,
-            "USER_AGENT": USER_AGENT,
-        }
-    )
-    crawler = process.create_crawler(PagesSpider)
-    process.crawl(crawler)
-    cpu, wall = _cpu(), time.perf_counter()
-    process.start()
-    wall, cpu = time.perf_counter() - wall, _cpu() - cpu
-    stats = crawler.stats.get_stats()
-    hosts = len({u.split("/p")[0] for u in urls})
-    ok = int(stats.get("downloader/response_status_count/200", 0)) - hosts  # robots.txt
-    return {"seconds": wall, "cpu_s": cpu, "ok": ok}
+    return spider(urls, concurrency)
 
 
 RUNNERS = {
