@@ -228,21 +228,51 @@ class PreviousCaptures:
         return ref
 
 
+#: Compressed bytes read at a time for a record's WARC headers (they come first in the
+#: record's gzip member, a few hundred bytes; more is read only if they do not end there).
+_HEADER_CHUNK = 4096
+_HEADER_LIMIT = 1 << 20  # WARC headers longer than this: not a record of ours
+
+
 def _headers_at(root: str | Path, file: str, offset: int) -> tuple[str, StatusAndHeaders]:
+    """The WARC-Type and WARC headers of the record at ``offset``, from the first bytes of
+    its gzip member only (the body is never decompressed: a capture's headers are what a
+    later revisit refers to). Raises ``WarcError`` for anything that is not a WARC record."""
     path = _checked_path(root, file)
     if offset < 0:
         raise WarcError(f"negative WARC offset {offset} for {file}")
+    decompressor = zlib.decompressobj(31)
+    text = b""
     try:
         with open(path, "rb") as handle:
             handle.seek(offset)
-            record = next(iter(ArchiveIterator(handle)), None)
-            if record is None:
-                raise WarcError(f"no WARC record at {file}#{offset}")
-            return str(record.rec_type), record.rec_headers
+            pending = b""
+            while (end := text.find(b"\r\n\r\n")) < 0:
+                if not pending:
+                    pending = handle.read(_HEADER_CHUNK)
+                if not pending or decompressor.eof or len(text) > _HEADER_LIMIT:
+                    raise WarcError(f"no WARC record at {file}#{offset}")
+                # a little output at a time: the body behind the headers stays compressed
+                text += decompressor.decompress(pending, _HEADER_CHUNK)
+                pending = decompressor.unconsumed_tail
     except FileNotFoundError:
         raise WarcError(f"WARC file {file} does not exist under {root}") from None
-    except (ArchiveLoadFailed, OSError, ValueError, EOFError, zlib.error) as exc:
+    except (OSError, zlib.error) as exc:
         raise WarcError(f"cannot read a WARC record at {file}#{offset}: {exc}") from None
+    lines = text[:end].decode("utf-8", "replace").split("\r\n")
+    if not lines[0].startswith("WARC/"):
+        raise WarcError(f"no WARC record at {file}#{offset} (starts {lines[0][:20]!r})")
+    headers = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise WarcError(f"malformed WARC header at {file}#{offset}: {line[:60]!r}")
+        headers.append((name.strip(), value.strip()))
+    parsed = StatusAndHeaders(lines[0], headers, protocol=lines[0])
+    rec_type = parsed.get_header("WARC-Type")
+    if not rec_type:
+        raise WarcError(f"WARC record at {file}#{offset} has no WARC-Type")
+    return str(rec_type), parsed
 
 
 def _checked_path(root: str | Path, file: str) -> Path:
