@@ -31,6 +31,20 @@ distributed = pytest.importorskip(
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Any]:
+    """Two single-threaded workers in this process, over Dask's in-process transport
+    (starts in a fraction of a second; the tasks, their arguments and results are those
+    of worker processes)."""
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    )
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def process_client() -> Iterator[Any]:
+    """Two worker processes, as on separate machines sharing a folder."""
     cluster = distributed.LocalCluster(
         n_workers=2,
         threads_per_worker=1,
@@ -109,8 +123,9 @@ def single_process_plan(shards: ShardSet, settings: PlanSettings) -> tuple[pd.Da
     return frame, (allocation, hosts, cat["capacity"])
 
 
-def test_sharded_plan_on_dask_equals_the_single_process_plan(client: Any, tmp_path: Path) -> None:
-    frame = pages_table(20_000, 300, seed=3)
+def check_sharded_plan(client: Any, tmp_path: Path, pages: int, hosts: int) -> None:
+    """Plan on the workers and in one process; the same batch, the same frequencies."""
+    frame = pages_table(pages, hosts, seed=3)
     source = tmp_path / "pages.parquet"
     frame.to_parquet(source, index=False)
     shards = write_shards(source, tmp_path / "shards", 5)
@@ -125,7 +140,6 @@ def test_sharded_plan_on_dask_equals_the_single_process_plan(client: Any, tmp_pa
     assert result.root.multiplier > 0 and allocation.multiplier > 0  # the budget binds
     load = np.bincount(hosts, allocation.frequencies)
     assert (load >= capacity - 1e-9).sum() >= 5  # and host capacities bind
-    print(result.seconds, result.shard_calls)
     plan = pd.read_parquet(result.path)
     assert len(plan) == result.rows == len(single) > 100
     # the same pages, same reasons, same order; frequencies to the allocation's bound
@@ -138,6 +152,17 @@ def test_sharded_plan_on_dask_equals_the_single_process_plan(client: Any, tmp_pa
         plan["frequency"], single["frequency"], rtol=1e-9, atol=2 * TOLERANCE * 40
     )
     assert result.spent <= budget * (1 + 1e-12)
+
+
+def test_sharded_plan_on_dask_equals_the_single_process_plan(client: Any, tmp_path: Path) -> None:
+    check_sharded_plan(client, tmp_path, 4_000, 80)
+
+
+@pytest.mark.scale
+def test_sharded_plan_on_worker_processes_at_200k_pages(
+    process_client: Any, tmp_path: Path
+) -> None:
+    check_sharded_plan(process_client, tmp_path, 200_000, 3_000)
 
 
 def test_write_shards_refuses_pages_without_their_columns(tmp_path: Path) -> None:
