@@ -14,7 +14,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -22,17 +21,13 @@ from types import TracebackType
 
 import httpx
 
+from flows.evaluation.scale.postgres import free_port
+from flows.evaluation.scale.server import LEASES
+
 REPO = Path(__file__).resolve().parents[2]
 PREFECT = str(REPO / ".venv" / "bin" / "prefect")
-LEASES = "prefect.server.concurrency.lease_storage.filesystem"
 #: Variables that could send a subprocess's HTTP anywhere but loopback.
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def stack_env(home: Path, api_url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
