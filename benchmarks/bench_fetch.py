@@ -11,8 +11,9 @@ same concurrency, each client in a fresh process of its own:
   request per host at a time, robots.txt fetched and obeyed, guard rails on);
 - ``bare``: ``asyncio.gather`` over one ``httpx.AsyncClient`` behind a semaphore (the ceiling:
   no robots.txt, no politeness, no bookkeeping), httpx's own transport;
-- ``bare-aio``: the same, on the aiohttp transport the engine uses (``tasks.fetch.client``):
-  the ceiling for the engine's own stack, so engine/bare-aio is the engine's overhead;
+- ``bare-aio``: the same httpx client on ``httpx-aiohttp``'s transport (what the engine used
+  until it talked to aiohttp directly; ``benchmarks/bench_transports.py`` compares the engine
+  with bare aiohttp itself, on nginx);
 - ``scrapy``: a minimal Scrapy spider with the same concurrency, one request per host at a
   time and robots.txt obeyed, like the engine (Scrapy's own defaults otherwise).
 
