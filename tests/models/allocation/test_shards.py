@@ -319,3 +319,37 @@ def test_sharded_plan_equals_single_process_at_a_million_pages() -> None:
     a, b = np.argsort(one.index), np.argsort(many.index)
     np.testing.assert_array_equal(many.index[b], one.index[a])
     np.testing.assert_array_equal(many.reason[b], one.reason[a])
+
+
+def test_second_pass_stops_where_the_global_pass_stops() -> None:
+    """After the prefix, ``_fill`` takes cheap pages while their cumulated cost fits; a page
+    of one shard that ends that pass must stop a cheaper page of another shard after it.
+
+    Budget 10: p1 (score 10, cost 9.5) fits, p2 (9, 5) does not, 0.5 is left; then a
+    (8, 0.3) fits, s (7, 0.4) ends the pass (0.7 > 0.5), so b (6, 0.1, the other shard)
+    is not taken, although on its own shard it would fit.
+    """
+    score = np.array([10.0, 9.0, 8.0, 7.0, 6.0])
+    cost = np.array([9.5, 5.0, 0.3, 0.4, 0.1])
+    n = score.shape[0]
+    # every page due (rate 1, one visit a day, two days since): the same gain, so the
+    # priority value x gain / cost follows value = score x cost
+    c = Candidates(
+        page_ids=np.arange(n),
+        hosts=np.arange(n),
+        value=score * cost,
+        cost=cost,
+        rate=np.ones(n),
+        frequency=np.ones(n),
+        log_std=np.zeros(n),
+        days_since_visit=np.full(n, 2.0),
+    )
+    capacity = np.full(n, 10.0)
+    slices = Slices(discovery=0.0, reestimation=0.0, verification=0.0, spend_leftover=False)
+    single = select_batch(c, 10.0, capacity, slices=slices)
+    assert sorted(single.index.tolist()) == [0, 2]
+    settings = SelectionSettings(10.0, slices, 1.0, 0)
+    shard_of = np.array([0, 0, 0, 0, 1])
+    parts = shard_selections(c, capacity, shard_of, 2)
+    sharded = select_sharded(LocalShards(parts, settings), settings)
+    np.testing.assert_array_equal(sharded.index, single.index)
