@@ -61,12 +61,16 @@ def _estimate(
     pages: IntervalStats | PageMoments,
     gamma: GammaPrior | None,
     clamp: tuple[float, float],
+    *,
+    exact_quiet: bool = True,
 ) -> RateEstimates:
     """Solve and summarize pages in chunks of ``CHUNK_PAGES``, on a thread per core.
 
     ``gamma`` is the pages' prior; None is plain (smoothed) maximum likelihood, where a
     page with no observation at all gets the weak prior's
-    (``models.estimation.rate_data.weak_prior``).
+    (``models.estimation.rate_data.weak_prior``). Without ``exact_quiet`` every page gets
+    the Laplace interval (quiet pages' Gamma quantiles cost a ``gammaincinv`` per distinct
+    shape, per chunk: seconds with one shape per group on millions of pages).
     """
     size = pages.size
     min_rate, max_rate = clamp
@@ -102,10 +106,11 @@ def _estimate(
         # posterior is exactly Gamma(a, b + U), whose quantiles replace the Laplace
         # interval (which cannot reach toward zero, where such a posterior has its mass).
         aged_count, aged_days = stats.ages()
-        quiet_prior = GammaPrior(shape[quiet] + aged_count[quiet], rate_param[quiet])
-        days = stats.unchanged_days[quiet] + aged_days[quiet]
-        low[quiet] = quiet_prior.quantile(0.05, days)
-        high[quiet] = quiet_prior.quantile(0.95, days)
+        if exact_quiet:
+            quiet_prior = GammaPrior(shape[quiet] + aged_count[quiet], rate_param[quiet])
+            days = stats.unchanged_days[quiet] + aged_days[quiet]
+            low[quiet] = quiet_prior.quantile(0.05, days)
+            high[quiet] = quiet_prior.quantile(0.95, days)
         out["rate"][lo:hi] = rate
         out["log_std"][lo:hi] = log_std
         out["low"][lo:hi] = np.minimum(low, cap)
@@ -208,6 +213,13 @@ def estimate_with_gamma(
     pages: IntervalStats | PageMoments,
     prior: GammaPrior,
     clamp: tuple[float, float] = (MIN_RATE, MAX_RATE),
+    *,
+    exact_quiet: bool = True,
 ) -> RateEstimates:
-    """Every page's estimate under ``prior`` (checked: positive, finite), within ``clamp``."""
-    return _estimate(pages, _checked_gamma(prior, pages.size), clamp)
+    """Every page's estimate under ``prior`` (checked: positive, finite), within ``clamp``.
+
+    ``exact_quiet=False`` skips the quiet pages' exact Gamma quantiles (their interval is
+    then the Laplace one, as every other page's): for callers that use only ``rate`` and
+    ``log_std``.
+    """
+    return _estimate(pages, _checked_gamma(prior, pages.size), clamp, exact_quiet=exact_quiet)

@@ -40,11 +40,13 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, special
 
+from models.estimation import grid_kernels
 from models.estimation.gamma_core import MIN_RATE, estimate_with_gamma, rate_cap
 from models.estimation.rate_data import (
     GammaPrior,
@@ -153,7 +155,7 @@ class MixturePrior:
         self, moments: PageMoments, groups: IntArray
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Per page: rate, standard error of log rate, and probability of being odd."""
-        est = estimate_with_gamma(moments, self.group_gamma(groups))
+        est = estimate_with_gamma(moments, self.group_gamma(groups), exact_quiet=False)
         rate, log_std = est.rate.copy(), est.log_std.copy()
         odd = np.zeros(moments.size)
         seen = np.flatnonzero((moments.n_intervals > 0) | (moments.ages()[1] > 0))
@@ -466,11 +468,10 @@ class _PageGrid:
             position = np.full(stats.size, -1)
             position[busy] = np.arange(busy.shape[0])
             rows = position[stats.node_page]
-            contrib = stats.node_weight[:, None] * np.log(
-                -np.expm1(-stats.node_days[:, None] * _RATE[None, :])
+            # w log(1 - exp(-t r)) from a table (grid_kernels: within 1.4e-9 per interval)
+            loglik = grid_kernels.changed_loglik(
+                rows, stats.node_days, stats.node_weight, busy.shape[0], _GRID
             )
-            starts = np.flatnonzero(np.r_[True, np.diff(rows) != 0])  # nodes sorted by page
-            loglik[rows[starts]] += np.add.reduceat(contrib, starts, axis=0)
             loglik -= exposure[busy, None] * _RATE[None, :]
             loglik += aged[busy, None] * _GRID[None, :]
         return cls(quiet, exposure, aged, loglik)
@@ -494,22 +495,23 @@ class _PageGrid:
         if self.busy_loglik.shape[0]:
             busy = ~self.quiet
             a, b = shape[busy], rate[busy]
-            log_post = self.busy_loglik + a[:, None] * _GRID - b[:, None] * _RATE
-            top = log_post.max(axis=1)
-            total = np.exp(log_post - top[:, None]).sum(axis=1)
+            top, weights = self.busy_weights
             norm = a * np.log(b) - special.gammaln(a) + np.log(_STEP)
-            out[busy] = np.log(total) + top + norm
+            out[busy] = (
+                grid_kernels.gamma_log_marginal(weights, top, a, b, _GRID, self.busy_loglik) + norm
+            )
         return np.asarray(out, dtype=np.float64)
 
     def histogram_posterior(self, prior: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Per page under a grid prior: log marginal likelihood, mean and sd of log rate."""
-        log_post = self.loglik() + np.log(prior)[None, :]
-        top = log_post.max(axis=1, keepdims=True)
-        weight = np.exp(log_post - top)
-        total = weight.sum(axis=1)
-        mean = (weight @ _GRID) / total
-        var = (weight @ (_GRID**2)) / total - mean**2
-        return np.log(total) + top[:, 0], mean, np.sqrt(np.maximum(var, 0.0))
+        return grid_kernels.page_histogram(
+            self.quiet, self.aged, self.exposure, self.busy_weights, prior, _GRID
+        )
+
+    @cached_property
+    def busy_weights(self) -> tuple[FloatArray, FloatArray]:
+        """Busy pages' ``(top, exp(loglik - top))``: one exp pass, shared by the marginals."""
+        return grid_kernels.grid_weights(self.busy_loglik)
 
 
 def _in_blocks(size: int, block: Callable[[int, int], None]) -> None:

@@ -188,3 +188,25 @@ def allocation_web(n_pages: int, n_hosts: int, *, seed: int = 7) -> AllocationWe
     weights = np.array([1.0, 2.0, 5.0, 10.0])[tiers]
     costs = np.round(rng.lognormal(0.0, 0.4, n_pages), 3)
     return AllocationWeb(rates, weights, costs, hosts, np.bincount(hosts, minlength=n_hosts))
+
+
+def observation_cycles(
+    rates: NDArray[np.float64], n_cycles: int, *, cycle_days: float = 1.0, seed: int = 0
+) -> Iterator[tuple[int, NDArray[np.float64], NDArray[np.bool_], NDArray[np.float64]]]:
+    """Every page visited once a cycle at a random time of it, changes Poisson(``rates``).
+
+    Yields per cycle ``(cycle, interval_days, changed, visit_day)``, one entry per page
+    (NaN intervals and False changes in the first cycle, which has no previous visit):
+    what a store would link, without building URLs or history tables (the planning
+    benchmark writes millions of pages' worth). Vectorized over pages, one step a cycle.
+    """
+    rng = np.random.default_rng(seed)
+    n = rates.shape[0]
+    last = np.full(n, np.nan)
+    for cycle in range(n_cycles):
+        when = np.asarray((cycle + rng.random(n)) * cycle_days, dtype=np.float64)
+        interval = when - last
+        seen = ~np.isnan(interval)
+        changed = seen & (rng.random(n) < -np.expm1(-rates * np.where(seen, interval, 0.0)))
+        last = when
+        yield cycle, interval, changed, when

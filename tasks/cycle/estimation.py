@@ -164,11 +164,24 @@ def read_estimation_inputs(root: str | Path, *, use_catalog: bool = True) -> Est
     per page (kept at commit), never from a scan of the history.
     """
     con = connect()
-    con.register("stats", HistoryStore(root).page_sums_relation(con))
+    stats = HistoryStore(root).page_sums_relation(con)
     catalog = CatalogStore(root)
     by_catalog = use_catalog and catalog.path.exists()
-    if by_catalog:
-        con.register("catalog", catalog.relation(con))
+    return estimation_inputs(con, stats, catalog.relation(con) if by_catalog else None)
+
+
+def estimation_inputs(
+    con: duckdb.DuckDBPyConnection,
+    stats: duckdb.DuckDBPyRelation,
+    catalog: duckdb.DuckDBPyRelation | None = None,
+) -> EstimationInputs:
+    """``read_estimation_inputs`` over given relations: ``stats`` in
+    ``PAGE_STATS_FILE_SCHEMA`` (the store's statistics file, or any file like it: the
+    planning benchmark's), ``catalog`` in ``CATALOG_SCHEMA`` or None (grouped by host)."""
+    con.register("stats", stats)
+    by_catalog = catalog is not None
+    if catalog is not None:
+        con.register("catalog", catalog)
     con.execute(_CATALOG_PAGES if by_catalog else _HISTORY_PAGES)
     host_names = con.sql(_HOST_NAMES).to_arrow_table()
     group_names = con.sql(_GROUP_NAMES).to_arrow_table() if by_catalog else host_names
