@@ -75,6 +75,7 @@ from tasks.fetch.engine import EngineState, FetchRequest, fetch_batch
 from tasks.fetch.metrics import BatchMetrics
 from tasks.fetch.rows import AttemptCost, CostHook, RecordDigest, RecordHasher
 from tasks.fetch.settings import FetchSettings
+from tasks.render.rows import render_batch_rows
 from tasks.store.catalog import CatalogStore
 from tasks.store.durable import durable_write_parquet, durable_write_text
 from tasks.store.history import (
@@ -569,6 +570,9 @@ def run_host_batch(
         )
     _write_json(folder / "metrics" / f"{batch_name}.json", metrics_dict(result.metrics))
     rows = writer.resolve(result.rows) if isinstance(writer, OffloadWarcWriter) else result.rows
+    rows = render_batch_rows(
+        root, rows, [r.url for r in requests], cost_model=cost_model, fetch_settings=settings
+    )
     _write_part(with_archived_files(rows, published), part_path)
     return _outcome(batch_name, part_path, fetch_s, time.perf_counter() - written, wall_start)
 

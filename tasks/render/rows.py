@@ -39,6 +39,7 @@ from tasks.fetch.render import (
     Rendered,
     RenderSettings,
 )
+from tasks.fetch.settings import FetchSettings
 from tasks.render.hosts import RenderHosts
 
 log = logging.getLogger(__name__)
@@ -154,8 +155,12 @@ def render_batch_rows(
     rules: ExtractionRules = DEFAULT_RULES,
     cost_model: CostModel | str = "credits",
     settings: RenderSettings | None = None,
+    fetch_settings: FetchSettings | None = None,
 ) -> pa.Table:
     """The cycle's hook: a host batch's rows with the store's rendered hosts rendered.
+
+    Without ``settings`` the browser takes the fetcher's address allow-list and User-Agent
+    from ``fetch_settings`` (the batch's), so it reaches exactly what the fetcher may.
 
     Reads the verdicts of ``<root>/signals/render_hosts.json`` (``tasks.render.hosts``); when
     no row is an ``ok`` row of a rendered host it returns ``rows`` untouched and starts
@@ -166,6 +171,11 @@ def render_batch_rows(
     todo = rows_to_render(rows, hosts)
     if todo.size == 0:
         return rows
+    if settings is None and fetch_settings is not None:
+        settings = RenderSettings(
+            allowed_networks=tuple(fetch_settings.allowed_networks),
+            user_agent=fetch_settings.user_agent,
+        )
     try:
         return _run(
             render_rows(rows, urls, hosts, settings=settings, rules=rules, cost_model=cost_model)
