@@ -12,6 +12,7 @@ from models.lazy_exports import lazy_exports
 
 _FACES = {
     "probe_render_need": "hosts",
+    "probe_due_hosts": "hosts",
     "RenderHosts": "hosts",
     "render_rows": "rows",
     "render_batch_rows": "rows",

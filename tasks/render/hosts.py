@@ -23,7 +23,7 @@ from models.content.extract_rules import ExtractionRules
 from models.discovery.render_need import RenderVerdict, judge_render_need, record_richness
 from models.discovery.urls import InvalidURLError, normalize
 from tasks.fetch.engine import FetchRequest, fetch_batch
-from tasks.fetch.render import BrowserPool
+from tasks.fetch.render import BrowserPool, RenderSettings
 from tasks.fetch.rows import record_hash
 from tasks.fetch.settings import FetchSettings
 from tasks.store.durable import durable_write_text
@@ -136,3 +136,44 @@ def _normalized(url: str) -> str:
         return normalize(url)
     except InvalidURLError:
         return url
+
+
+def probe_due_hosts(
+    root: str | Path,
+    urls_by_host: Mapping[str, Sequence[str]],
+    now: datetime,
+    *,
+    max_age: timedelta = timedelta(days=30),
+    settings: FetchSettings | None = None,
+    render: RenderSettings | None = None,
+    rules: ExtractionRules = DEFAULT_RULES,
+    sample: int = 3,
+) -> RenderHosts:
+    """Probe the hosts whose verdict is missing, undecided or older than ``max_age``; store.
+
+    Synchronous (its own event loop), for a flow step after a cycle's commit: ``urls_by_host``
+    are pages the cycle fetched (``ok``). No host due: nothing is fetched, no browser starts.
+    The browser takes the fetcher's address allow-list and User-Agent unless ``render`` says.
+    """
+    known = RenderHosts.read(root)
+    due = known.due(list(urls_by_host), now, max_age)
+    if not due:
+        return known
+    settings = settings or FetchSettings()
+    render = render or RenderSettings(
+        allowed_networks=tuple(settings.allowed_networks), user_agent=settings.user_agent
+    )
+
+    async def probe() -> dict[str, RenderVerdict]:
+        async with BrowserPool(render) as pool:
+            return await probe_render_need(
+                {h: urls_by_host[h] for h in due},
+                pool,
+                settings=settings,
+                rules=rules,
+                sample=sample,
+            )
+
+    updated = known.merged(asyncio.run(probe()), now)
+    updated.write(root)
+    return updated

@@ -11,7 +11,7 @@ from models.discovery.render_need import RenderVerdict
 from models.discovery.urls import normalize, url_id
 from tasks.fetch.render import RenderSettings
 from tasks.fetch.rows import Row, rows_table
-from tasks.render.hosts import RenderHosts
+from tasks.render.hosts import RenderHosts, probe_due_hosts
 from tasks.render.rows import render_batch_rows, render_rows, rows_to_render
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -77,3 +77,13 @@ def test_the_cycle_hook_renders_nothing_without_verdicts_and_fails_rows_without_
     assert [r["outcome"] for r in rows] == ["ok", "not_modified", "error"]
     assert rows[2]["record_hash"] is None and "unavailable" in rows[2]["reason"]
     assert rows[0]["record_hash"] == "a" and rows[1]["record_hash"] == "b"
+
+
+def test_probing_skips_hosts_judged_recently_and_starts_nothing(tmp_path):
+    verdict = RenderVerdict("js.test", True, 3, 0.0, 800.0)
+    RenderHosts({}, {}).merged({"js.test": verdict}, AT).write(tmp_path)
+    settings = RenderSettings(executable="/nonexistent/chromium")  # would fail if started
+    known = probe_due_hosts(
+        tmp_path, {"js.test": ["http://js.test/p/1"]}, AT + timedelta(days=1), render=settings
+    )
+    assert known.rendered == {"js.test"}
