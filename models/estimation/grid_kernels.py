@@ -191,13 +191,10 @@ _S_LOW, _S_HIGH, _S_POINTS = -10.0, 16.0, 8193
 
 def _quiet_direct(
     exposure: FloatArray, prior: FloatArray, grid: FloatArray
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """log Z, and the posterior moments <g>, <g^2>, <r>, <g r>, <g^2 r> summed directly."""
-    rates = np.exp(grid)
-    loglik = -exposure[:, None] * rates
-    top, weights = grid_weights(loglik)
-    log_z, mean, sd = histogram_moments(weights, top, prior, grid)
-    return log_z, mean, sd, weights
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``histogram_moments`` of likelihoods ``exp(-exposure r)``, summed directly."""
+    top, weights = grid_weights(-exposure[:, None] * np.exp(grid))
+    return histogram_moments(weights, top, prior, grid)
 
 
 @lru_cache(maxsize=16)
@@ -261,7 +258,7 @@ def quiet_histogram(
     sd[inside] = np.sqrt(np.maximum(m2 - m1 * m1, 0.0))
     outside = np.flatnonzero(~inside)
     if outside.shape[0]:
-        lz, mu, sigma, _ = _quiet_direct(exposure[outside], prior, grid)
+        lz, mu, sigma = _quiet_direct(exposure[outside], prior, grid)
         log_z[outside], mean[outside], sd[outside] = lz, mu, sigma
     return log_z, mean, sd
 
