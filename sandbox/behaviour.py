@@ -26,6 +26,8 @@ the real web, so a test can switch on exactly the one it is about:
   httpx's cookie jar scans every stored cookie on each request, which over 1,000 hosts cost
   ~5 ms of client CPU per page and would swamp any throughput comparison.
 - ``rate_scale`` multiplies the true change rates of the host's pages.
+- ``feed_entries``: ``/feed.xml`` is an Atom feed of the host's most recently changed pages
+  (``<updated>`` = the page's last real change), linked from the home page's head; 0: no feed.
 - ``rendering``: ``"server"`` (the fields are in the HTML), ``"inline_json"`` (the HTML is an
   empty shell whose script builds the article from a JSON state object inlined in the page)
   or ``"fetch_json"`` (the script fetches ``/api/item/<j>.json`` and builds the article from
@@ -82,6 +84,7 @@ class HostBehaviour:
     rate_scale: float = 1.0
     cross_host_links: bool = True  # pages occasionally link to other hosts
     rendering: Rendering = "server"  # where a page's fields are built: server or script
+    feed_entries: int = 20  # /feed.xml lists this many most recently changed pages (0: none)
 
     def __post_init__(self) -> None:
         _check_choice("validators", self.validators, _VALIDATORS)
@@ -114,6 +117,8 @@ class HostBehaviour:
             raise ValueError(
                 f"sitemap_max_urls must be within [1, 50000], got {self.sitemap_max_urls}"
             )
+        if self.feed_entries < 0:
+            raise ValueError(f"feed_entries must be >= 0, got {self.feed_entries}")
         if not self.rate_scale > 0:
             raise ValueError(f"rate_scale must be > 0, got {self.rate_scale}")
 

@@ -269,10 +269,12 @@ def render_challenge(noise: Noise) -> bytes:
 
 
 def render_home(base: str, first_pages: list[int]) -> bytes:
-    """A host's home page: links to its first pages and its sitemap."""
+    """A host's home page: links to its first pages, its sitemap and (in the head) its feed."""
     items = "".join(f'<li><a href="/p/{j}">Item {j}</a></li>\n' for j in first_pages)
     return (
-        "<!doctype html>\n<html><head><title>Sandbox shop</title></head><body>\n"
+        "<!doctype html>\n<html><head><title>Sandbox shop</title>"
+        '<link rel="alternate" type="application/atom+xml" title="Changes" href="/feed.xml">'
+        "</head><body>\n"
         f"<h1>Sandbox shop at {escape(base)}</h1>\n<ul>\n{items}</ul>\n"
         '<p><a href="/sitemap.xml">Sitemap</a></p>\n</body></html>\n'
     ).encode()
@@ -285,6 +287,23 @@ def render_robots(base: str, crawl_delay_s: float | None) -> bytes:
         lines.append(f"Crawl-delay: {crawl_delay_s:g}")
     lines += ["", f"Sitemap: {base}/sitemap.xml", ""]
     return "\n".join(lines).encode()
+
+
+def render_atom_feed(base: str, entries: list[tuple[int, str]], updated: str) -> bytes:
+    """An Atom feed of ``(page, updated)``: the host's most recently changed items."""
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8"?>\n<feed xmlns="http://www.w3.org/2005/Atom">\n'
+        f"<title>Sandbox shop changes</title><id>{xml_escape(base)}/feed.xml</id>"
+        f"<updated>{updated}</updated>\n"
+    ]
+    for j, stamp in entries:
+        url = xml_escape(f"{base}/p/{j}")
+        parts.append(
+            f'<entry><title>Item {j}</title><id>{url}</id><link href="{url}"/>'
+            f"<updated>{stamp}</updated></entry>\n"
+        )
+    parts.append("</feed>\n")
+    return "".join(parts).encode()
 
 
 def render_sitemap_index(entries: list[tuple[str, str | None]]) -> bytes:

@@ -26,6 +26,7 @@ from sandbox.content import (
     Noise,
     article_html,
     huge_padding,
+    render_atom_feed,
     render_challenge,
     render_home,
     render_item_json,
@@ -42,6 +43,7 @@ _HTML = ("Content-Type", "text/html; charset=utf-8")
 _TEXT = ("Content-Type", "text/plain; charset=utf-8")
 _JSON = ("Content-Type", "application/json")
 _XML = ("Content-Type", "application/xml")
+_ATOM = ("Content-Type", "application/atom+xml")
 _GZIP_FILE = ("Content-Type", "application/gzip")
 _SERVER = ("Server", "sandbox")
 
@@ -111,6 +113,8 @@ class Responder:
             return self._item_json(i, j, behaviour, request)
         if path == "/sitemap.xml":
             return self._sitemap_index(i, behaviour)
+        if path == "/feed.xml" and behaviour.feed_entries > 0:
+            return self._feed(i, behaviour)
         if path.startswith("/sitemaps/") and path.endswith(".xml.gz"):
             return self._sitemap(i, behaviour, path[10:-7])
         if path == "/":
@@ -262,6 +266,18 @@ class Responder:
             entries.append((f"{base}/p/{j}", None if mod is None else _w3c(mod)))
         body = gzip.compress(render_urlset(entries), compresslevel=6, mtime=0)
         headers = [_SERVER, ("Date", formatdate(now_ts, usegmt=True)), _GZIP_FILE]
+        return Reply(200, headers, body, delay=self._latency(b))
+
+    def _feed(self, i: int, b: HostBehaviour) -> Reply:
+        """The ``feed_entries`` most recently changed pages, newest first, with their times."""
+        now_ts = self.web.clock.timestamp()
+        changed = [
+            (self.web.page_last_change(i, j, now_ts), j) for j in range(self.web.page_counts[i])
+        ]
+        newest = sorted(changed, reverse=True)[: b.feed_entries]
+        entries = [(j, _w3c(ts)) for ts, j in newest]
+        body = render_atom_feed(self.base_url(i), entries, _w3c(now_ts))
+        headers = [_SERVER, ("Date", formatdate(now_ts, usegmt=True)), _ATOM]
         return Reply(200, headers, body, delay=self._latency(b))
 
     def _lastmod(self, i: int, j: int, b: HostBehaviour, now_ts: float) -> float | None:

@@ -62,3 +62,27 @@ def test_fetched_state_is_the_truth(clock):
 def test_unknown_rendering_mode_is_refused():
     with pytest.raises(ValueError, match="rendering must be one of"):
         HostBehaviour(rendering="wasm")  # type: ignore[arg-type]
+
+
+def test_the_feed_lists_the_most_recently_changed_pages_with_their_true_times(clock):
+    from datetime import timedelta
+
+    web = SandboxWeb.generate(
+        hosts=1, pages_per_host=30, seed=6, default=HostBehaviour(feed_entries=5), clock=clock
+    )
+    clock.advance(days=3)
+    with serve_sandbox(web) as running, httpx.Client() as client:
+        home = client.get(running.base_url(0) + "/").text
+        assert 'type="application/atom+xml"' in home and 'href="/feed.xml"' in home
+        feed = client.get(running.base_url(0) + "/feed.xml")
+        assert feed.headers["content-type"] == "application/atom+xml"
+        urls = re.findall(r'<link href="([^"]+)"/>', feed.text)
+        times = re.findall(r"<entry>.*?<updated>([^<]+)</updated>", feed.text)
+    assert len(urls) == 5
+    truth = sorted(running.page_urls(0), key=lambda u: web.last_change(u), reverse=True)[:5]
+    assert urls == truth
+    for url, stamp in zip(urls, times, strict=True):
+        assert stamp == web.last_change(url).strftime("%Y-%m-%dT%H:%M:%S+00:00")
+    assert web.last_change(truth[-1]) >= max(
+        web.last_change(u) for u in running.page_urls(0) if u not in truth
+    ) - timedelta(0)
