@@ -19,20 +19,13 @@ import pytest
 from prefect import flow, task
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-from prefect.testing.utilities import prefect_test_harness
 
 from tasks.cycle.host_limits import leaked_slots, repair_leaked_slots
 from tasks.fetch.batch_slots import ProcessSlots, batch_slots
 
 
 @pytest.fixture(scope="module")
-def prefect_api():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
-@pytest.fixture(scope="module")
-def api(prefect_api):
+def api(prefect_server):
     """The test's own client, opened before any TLS context is counted."""
     with get_client(sync_client=True) as client:
         yield client
