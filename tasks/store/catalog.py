@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from models.discovery.urls import InvalidURLError, normalize, url_host, url_id, url_length_problem
 from models.schemas import CATALOG_REQUIRED, CATALOG_SCHEMA
 from tasks.store.history import HistoryCorruptError, connect, verify_sidecar, write_checked_parquet
+from tasks.store.location import resolve
 
 DEFAULTS: dict[str, float | str] = {"value": 1.0, "cost": 1.0, "source": "seed"}
 #: Nullable columns a caller may leave out (sitemap signals of discovered pages; what the
@@ -42,9 +43,10 @@ def require_store(root: str | Path, *, catalog: bool = False) -> None:
     A mistyped ``--root`` must not read as an empty store (estimates of nothing, an empty
     plan written into a new folder). With ``catalog``, the catalog itself is required.
     """
-    base = Path(root)
-    has_catalog = (base / "pages" / "catalog.parquet").exists()
-    has_history = (base / "history" / "_manifest.json").exists()
+    location = resolve(root)  # a bad root (unknown scheme, unreachable): StoreLocationError
+    base = Path(root) if location.local else location.root
+    has_catalog = location.exists("pages/catalog.parquet")
+    has_history = location.exists("history/_manifest.json")
     if has_catalog or (has_history and not catalog):
         return
     what = "no catalog" if catalog else "neither a catalog nor a history"

@@ -93,6 +93,7 @@ from tasks.store.link import (
     merge_rows,
     write_last_state,
 )
+from tasks.store.location import Location, StoreLocationError, open_url, resolve
 from tasks.store.stats import (
     AGE_COLUMNS,
     kept_stats,
@@ -194,17 +195,37 @@ class HistoryStore:
     """Fetch history under ``<root>/history`` (see the module docstring)."""
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+        #: where the store lives (``tasks.store.location``): a folder, or a URL whose
+        #: history is read through its manifest (commits need a folder: rename, flock)
+        self.location: Location = resolve(root)
+        self.root = Path(root) if self.location.local else Path(self.location.base)
         self.dir = self.root / "history"
+
+    def _url(self, rel: str) -> str:
+        """A published file of the history (relative to ``history/``) as DuckDB reads it."""
+        if self.location.local:
+            return str(self.dir / rel)
+        return self.location.url(f"history/{rel}")
+
+    def _writable(self) -> None:
+        """Refuse to write a store that is not a local folder (one line, exit 2)."""
+        if not self.location.local:
+            raise StoreLocationError(
+                f"--root {self.location.root}: the history is read from an object store "
+                "through its manifest but committed only in a local folder (renames, locks); "
+                "commit locally and copy the files, the manifest last (docs/store.md)"
+            )
 
     # ------------------------------------------------------------------ reading
 
     def manifest(self) -> dict[str, Any]:
         path = self.dir / MANIFEST
-        if not path.exists():
+        rel = f"history/{MANIFEST}"
+        if not (path.exists() if self.location.local else self.location.exists(rel)):
             return {"format": 1, "cycles": {}, "stats": None, "retired": []}
         try:
-            data: dict[str, Any] = json.loads(path.read_text())
+            text = path.read_text() if self.location.local else self.location.read_text(rel)
+            data: dict[str, Any] = json.loads(text)
         except (OSError, ValueError) as exc:
             raise HistoryCorruptError(f"history manifest {path} is unreadable: {exc}") from None
         recorded = data.get(MANIFEST_DIGEST) if isinstance(data, dict) else None
@@ -236,7 +257,7 @@ class HistoryStore:
         for entry in entries:
             digests = entry.get(DIGEST, {})
             for name in entry["files"]:
-                paths.append(str(self.dir / entry["dir"] / name))
+                paths.append(self._url(f"{entry['dir']}/{name}"))
                 if name in digests:
                     checks.append((paths[-1], [digests[name]]))
         if verify:
@@ -248,6 +269,7 @@ class HistoryStore:
         files = self.files()
         if not files:
             return con.from_arrow(HISTORY_SCHEMA.empty_table())
+        self.location.duckdb(con)
         return self._checked(lambda: con.read_parquet(files, union_by_name=True), files)
 
     def read(self, cycles: list[int] | None = None) -> pa.Table:
@@ -255,7 +277,7 @@ class HistoryStore:
         files = self.files(cycles)
         if not files:
             return HISTORY_SCHEMA.empty_table()
-        con = connect()
+        con = self.location.duckdb(connect())
         table = self._checked(
             lambda: (
                 con.read_parquet(files, union_by_name=True)
@@ -269,7 +291,7 @@ class HistoryStore:
     def page_stats(self) -> pa.Table:
         """Per-page interval statistics (PAGE_STATS_SCHEMA), one row per page with an
         observed interval."""
-        con = connect()
+        con = self.location.duckdb(connect())
         return self.page_stats_relation(con).to_arrow_table().cast(PAGE_STATS_SCHEMA)
 
     def stats_files(self, *, verify: bool = True) -> list[str]:
@@ -278,7 +300,7 @@ class HistoryStore:
         entry = self.manifest().get("stats")
         if not entry:
             return []
-        path = str(self.dir / entry["file"])
+        path = self._url(entry["file"])
         if verify and DIGEST in entry:
             remedy = (
                 f"rebuild them from the history: recrawl history rebuild-stats --root {self.root}"
@@ -289,6 +311,7 @@ class HistoryStore:
     def page_stats_relation(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
         """The per-page interval statistics as a DuckDB relation (read in place, no copy)."""
         files = self.stats_files()
+        self.location.duckdb(con)
         if not files:
             return con.from_arrow(self._aggregate_all())
         rel = self._checked(lambda: con.read_parquet(files[0]), files)
@@ -299,13 +322,14 @@ class HistoryStore:
     def page_sums(self) -> pa.Table:
         """Every column of the statistics (PAGE_STATS_FILE_SCHEMA), one row per page with
         an interval or a judged Last-Modified (a page seen once may have no interval)."""
-        con = connect()
+        con = self.location.duckdb(connect())
         return self.page_sums_relation(con).to_arrow_table().cast(PAGE_STATS_FILE_SCHEMA)
 
     def page_sums_relation(self, con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
         """``page_sums`` as a DuckDB relation (read in place). A statistics file written
         before the age sums existed is first recomputed from the history and published."""
         files = self.stats_files()
+        self.location.duckdb(con)
         if files and _has_ages(self._checked(lambda: con.read_parquet(files[0]), files)):
             return con.read_parquet(files[0])
         if not files and not self.files():
@@ -320,7 +344,7 @@ class HistoryStore:
         """Whether the published statistics carry every column (no rebuild pending)."""
         files = self.stats_files()
         return bool(files) and _has_ages(
-            self._checked(lambda: connect().read_parquet(files[0]), files)
+            self._checked(lambda: self.location.duckdb(connect()).read_parquet(files[0]), files)
         )
 
     def _aggregate_all(self) -> pa.Table:
@@ -329,7 +353,7 @@ class HistoryStore:
         files = self.files()
         if not files:
             return PAGE_STATS_SCHEMA.empty_table()
-        con = connect()
+        con = self.location.duckdb(connect())
         con.register(
             "stats_source",
             self._checked(lambda: con.read_parquet(files, union_by_name=True), files),
@@ -351,6 +375,7 @@ class HistoryStore:
         ``memory_limit`` (DuckDB's, e.g. ``"256MB"``; default ``COMMIT_MEMORY_LIMIT``) bounds
         the commit's queries: beyond it their sorts and joins spill to the staging folder.
         """
+        self._writable()
         writer = CycleWriter(self, int(cycle_id), link=link, memory_limit=memory_limit)
         try:
             yield writer
@@ -409,6 +434,7 @@ class HistoryStore:
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
+        self._writable()
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / ".lock", "a+") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -512,7 +538,8 @@ class HistoryStore:
             bad = []
             for f in files:
                 try:
-                    pq.read_metadata(f)
+                    with _open(f) as handle:
+                        pq.read_metadata(handle)
                 except (pa.ArrowException, OSError) as file_exc:
                     bad.append(f"{f} ({file_exc})")
             if bad:
@@ -1078,6 +1105,23 @@ def _handle_digest(handle: Any) -> str:
     return hashlib.file_digest(handle, DIGEST).hexdigest()
 
 
+def _open(name: str) -> Any:
+    """A published file opened for reading: a local path, or a URL (``tasks.store.location``:
+    the filesystem of the store's root)."""
+    if "://" in name:
+        return open_url(name)
+    return open(name, "rb")
+
+
+def _handle_key(name: str, handle: Any) -> tuple[str, int, int, int, int] | None:
+    """The cache key of an open file (``_stat_key``); None for an object-store file (no
+    inode or ctime to tell a rewrite by: it is checked at each read)."""
+    try:
+        return _stat_key(name, os.fstat(handle.fileno()))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
 def _stat_key(path: str, st: os.stat_result) -> tuple[str, int, int, int, int]:
     return (path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
@@ -1105,9 +1149,9 @@ def verify_file(path: str | Path, accepted: Collection[str], what: str, remedy: 
     unchanged (``_checked_digests``)."""
     name = str(path)
     try:
-        with open(name, "rb") as handle:
-            key = _stat_key(name, os.fstat(handle.fileno()))
-            if _checked_digests.get(key) in accepted:
+        with _open(name) as handle:
+            key = _handle_key(name, handle)
+            if key is not None and _checked_digests.get(key, "") in accepted:
                 return
             digest = _handle_digest(handle)
     except OSError as exc:
@@ -1119,6 +1163,8 @@ def verify_file(path: str | Path, accepted: Collection[str], what: str, remedy: 
             f"{what} {name} is corrupt: its {DIGEST} digest is not the one recorded when it "
             f"was written. Nothing was changed; {remedy}"
         )
+    if key is None:
+        return
     if len(_checked_digests) >= _CHECKED_MAX:
         _checked_digests.clear()
     _checked_digests[key] = digest

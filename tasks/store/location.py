@@ -32,6 +32,7 @@ replaced atomically *in place* (S3 and GCS overwrite an object atomically; fsspe
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,10 +45,13 @@ import pyarrow.parquet as pq
 
 from tasks.store.durable import durable_write_bytes, durable_write_parquet
 
-__all__ = ["Location", "StoreLocationError", "resolve"]
+__all__ = ["Location", "StoreLocationError", "open_url", "resolve"]
 
 #: Schemes that name the local filesystem.
 LOCAL = ("file", "local")
+#: A URL that went through ``pathlib.Path`` (an argparse ``type=Path`` option), which folds
+#: ``s3://bucket`` into ``s3:/bucket``: read as the URL it was.
+_FOLDED_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
 
 
 class StoreLocationError(ValueError):
@@ -148,6 +152,15 @@ class Location:
             self.fs.rm(path, recursive=True)
 
 
+def open_url(url: str) -> BinaryIO:
+    """Open a file a ``Location.url`` named (a URL; a local path is opened by the caller)."""
+    try:
+        handle: BinaryIO = fsspec.open(url, "rb").open()
+    except ValueError as exc:
+        raise StoreLocationError(f"{url}: {exc}") from None
+    return handle
+
+
 def _stripped(paths: list[Any]) -> Iterator[str]:
     for p in paths:
         yield str(p).lstrip("/")
@@ -157,7 +170,7 @@ def resolve(root: str | Path, *, must_exist: bool = False) -> Location:
     """The ``Location`` of a ``--root``; ``StoreLocationError`` (one line) if it has a scheme
     no filesystem here serves or cannot be reached (``must_exist``: absent is an error too).
     """
-    text = str(root)
+    text = _FOLDED_URL.sub(r"\1://", str(root))
     protocol = text.split("://", 1)[0].lower() if "://" in text else "file"
     try:
         cls = fsspec.get_filesystem_class(protocol)

@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import duckdb
 import fsspec
 import pyarrow as pa
 import pytest
 
+import flows.cli
+from tasks.store.catalog import require_store
+from tasks.store.history import HistoryCorruptError, HistoryStore, connect
 from tasks.store.location import Location, StoreLocationError, resolve
+from tests.reliability.faults.disk_worker import synthetic_rows
 
 
 @pytest.fixture(params=["local", "memory"])
@@ -100,3 +105,67 @@ def test_must_exist_refuses_an_absent_root(tmp_path):
     with pytest.raises(StoreLocationError, match="no such store location"):
         resolve(tmp_path / "absent", must_exist=True)
     assert resolve(tmp_path, must_exist=True).exists()
+
+
+# ---------------------------------------------------------------------- the history read
+
+
+def _copy_to(local: Path, url: str) -> None:
+    """Copy a store's files to ``url`` the way a sync to an object store should: every file
+    the manifest names first, the manifest last (readers go through it)."""
+    target = resolve(url)
+    manifest = local / "history" / "_manifest.json"
+    for path in sorted(local.rglob("*")):
+        if path.is_file() and path != manifest and not path.name.startswith("."):
+            target.write_bytes(str(path.relative_to(local)), path.read_bytes())
+    target.write_bytes("history/_manifest.json", manifest.read_bytes())
+
+
+@pytest.fixture
+def remote_copy(tmp_path) -> Iterator[tuple[HistoryStore, HistoryStore]]:
+    """A local store of three committed cycles and its copy on ``memory://``."""
+    local = HistoryStore(tmp_path / "store")
+    for cycle in range(3):
+        local.write_cycle(cycle, synthetic_rows(cycle, pages=200))
+    url = f"memory://bucket-{uuid.uuid4().hex}/store"
+    _copy_to(tmp_path / "store", url)
+    yield local, HistoryStore(url)
+    fsspec.filesystem("memory").rm(url.removeprefix("memory://"), recursive=True)
+
+
+def test_a_store_copied_to_an_object_store_reads_the_same(remote_copy):
+    local, remote = remote_copy
+    assert remote.cycles() == local.cycles() == [0, 1, 2]
+    assert all(f.startswith("memory://") for f in remote.files())
+    assert remote.read().equals(local.read())
+    order = [("url_id", "ascending")]
+    assert remote.page_sums().sort_by(order).equals(local.page_sums().sort_by(order))
+    con = connect()
+    assert remote.relation(con).aggregate("count(*)").fetchall() == [(600,)]
+    require_store(remote.location.root)  # a store is there
+
+
+def test_an_object_store_root_is_read_only_with_one_clear_error(remote_copy):
+    _, remote = remote_copy
+    with pytest.raises(StoreLocationError, match="committed only in a local folder"):
+        remote.write_cycle(3, synthetic_rows(3, pages=200))
+    with pytest.raises(StoreLocationError, match="committed only in a local folder"):
+        remote.rebuild_stats()
+    assert remote.cycles() == [0, 1, 2]
+
+
+def test_a_flipped_byte_on_the_object_store_is_named(remote_copy):
+    _, remote = remote_copy
+    part = remote.files([1], verify=False)[0]
+    fs = fsspec.filesystem("memory")
+    data = bytearray(fs.cat_file(part.removeprefix("memory://")))
+    data[len(data) // 2] ^= 0xFF
+    fs.pipe_file(part.removeprefix("memory://"), bytes(data))
+    with pytest.raises(HistoryCorruptError, match="cycle=1"):
+        remote.read()
+
+
+def test_the_cli_refuses_a_bad_root_with_one_line_and_exit_2(capsys):
+    assert flows.cli.main(["estimate", "--root", "s3x://bucket/store"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown storage scheme 's3x'" in err
