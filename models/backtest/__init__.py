@@ -19,6 +19,13 @@ _FACES = {
     "build_workload": "workloads",
     "Workload": "workloads",
     "check_targets": "targets",
+    "check_learning_targets": "targets",
+    "run_sweep": "sweep",
+    "SweepConfig": "sweep",
+    "LearningSweep": "sweep",
+    "family_web": "families",
+    "FAMILIES": "families",
+    "DeployedPlannerPolicy": "deployed",
 }
 __all__ = sorted(_FACES)
 __getattr__, __dir__ = lazy_exports(__name__, _FACES)

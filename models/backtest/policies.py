@@ -334,7 +334,7 @@ class ProportionalPolicy(SchedulePolicy):
     def choose(self, day: int) -> IntArray:
         if day - self._solved_on >= self.solve_every:
             rate = self.learner.estimate(self.observations, day).rate
-            f = proportional_frequencies(rate, self.web.cost, self.budget)
+            f = self.frequencies(rate)
             with np.errstate(divide="ignore"):
                 self._interval = np.where(f > 0, 1.0 / f, np.inf)
             self._solved_on = day
@@ -349,6 +349,10 @@ class ProportionalPolicy(SchedulePolicy):
             spread, first_due = o.n_intervals == 0, np.maximum(slot * self._interval, _EPS)
         self.next_due = np.where(spread, first_due, o.last_fetch + self._interval - 0.5)
         return super().choose(day)
+
+    def frequencies(self, rate: FloatArray) -> FloatArray:
+        """Visits per day from the estimated rates (here: in proportion to them)."""
+        return proportional_frequencies(rate, self.web.cost, self.budget)
 
 
 def proportional_frequencies(rate: FloatArray, cost: FloatArray, budget: float) -> FloatArray:

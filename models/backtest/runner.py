@@ -27,13 +27,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.allocation.freshness import OBJECTIVES
+from models.backtest.baselines import HostPoolingLearner, LambdaLearnAndCrawlPolicy
+from models.backtest.deployed import DeployedPlannerPolicy
 from models.backtest.hosts import HostSlice, format_host_slices, freshness_by_hosts, gap_share
 from models.backtest.last_modified import LastModifiedClock, LastModifiedShares
 from models.backtest.learning import (
     MixturePriorLearner,
     NaiveLearner,
     OracleLearner,
-    every_day,
 )
 from models.backtest.policies import (
     NutchPolicy,
@@ -62,9 +63,13 @@ log = logging.getLogger(__name__)
 
 @register_policy("planner", default=True)
 def _planner(ctx: PolicyContext) -> Policy:
-    """This project's planner: the mixture prior refitted every cycle, as ``plan_cycle`` does."""
-    learner = MixturePriorLearner(ctx.workload.web.groups, refit=every_day)
-    return PlannerPolicy(ctx.workload.web, ctx.budget, learner, ctx.planner_settings())
+    """This project's planner as deployed: ``models.planning.core.plan_from_moments`` every
+    cycle (the code path of ``plan_cycle``), pages grouped by host as a catalog without
+    groups has them."""
+    settings = ctx.planner_settings()
+    return DeployedPlannerPolicy(
+        ctx.workload.web, ctx.budget, objective=settings.objective, seed=settings.seed
+    )
 
 
 @register_policy("oracle", default=True)
@@ -108,6 +113,19 @@ def _nutch(ctx: PolicyContext) -> Policy:
 @register_policy("stormcrawler", default=True)
 def _stormcrawler(ctx: PolicyContext) -> Policy:
     return StormCrawlerPolicy(ctx.workload.web, ctx.budget, seed=ctx.config.seed)
+
+
+@register_policy("host-pooling", default=True)
+def _host_pooling(ctx: PolicyContext) -> Policy:
+    learner = HostPoolingLearner(ctx.workload.web.hosts)
+    return PlannerPolicy(
+        ctx.workload.web, ctx.budget, learner, ctx.planner_settings(), name="host-pooling"
+    )
+
+
+@register_policy("lambda-learn-crawl", default=True)
+def _lambda_learn_crawl(ctx: PolicyContext) -> Policy:
+    return LambdaLearnAndCrawlPolicy(ctx.workload.web, ctx.budget, seed=ctx.config.seed)
 
 
 @register_policy("naive", default=True)
@@ -231,7 +249,7 @@ def run_backtest(config: BacktestConfig, workload: Workload | None = None) -> Ba
     policies = build_policies(config.policies, ctx)
     daily, totals = simulate(
         workload.web,
-        ChangeStream(workload.truth, config.seed),
+        ChangeStream(workload.truth, config.seed, workload.periodic),
         policies,
         config.days,
         budget,

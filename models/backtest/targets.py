@@ -6,6 +6,9 @@
   oracle is a bound, and planner variants are not rivals of each other);
 * on the shifting population, back within 5% of the oracle within 10 days of the shift.
 
+:func:`check_learning_targets` judges issue 18's targets from a cold start on a
+``models.backtest.sweep.LearningSweep`` (families x seeds x budgets, no Last-Modified).
+
 Freshness is averaged over the results' windows (days 30-59 of 60 by default). A miss
 says by how much and points at the cause the figures show: the band of true change rate
 where most freshness is lost against the oracle, or where the cheapest changes were found.
@@ -21,6 +24,7 @@ import numpy as np
 
 from models.backtest.hosts import BOUND_HOSTS, OTHER_HOSTS
 from models.backtest.runner import BAND_LABELS, BacktestResult, recovery
+from models.backtest.sweep import LearningSweep
 
 
 @dataclass(frozen=True)
@@ -185,3 +189,131 @@ def _after(days: float) -> str:
     if not math.isfinite(days):
         return "never in the run after"
     return "throughout" if days == 0 else f"{days:.0f} days after"
+
+
+# --------------------------------------------------------------------------- from scratch
+
+#: Issue 18's gap targets from a cold start: budget share -> share of the gap to close.
+LEARNING_GAP_TARGETS = {0.2: 0.90, 0.05: 0.85, 0.02: 0.75}
+#: points of gap above the host-pooling baseline, at these budgets
+BASELINE_MARGIN = 0.05
+BASELINE_BUDGETS = (0.05, 0.2)
+PERIODIC_TARGET = 0.80
+SHIFT_DAYS = 10.0
+
+
+def check_learning_targets(
+    sweep: LearningSweep, *, name: str = "planner", baseline: str = "host-pooling"
+) -> list[TargetCheck]:
+    """Issue 18's targets on a learning sweep (``models.backtest.sweep``), with reasons."""
+    c = sweep.config
+    checks = []
+    margins = {b: sweep.margin_over_uniform(name, "main", b) for b in c.budgets}
+    below = [b for b, m in margins.items() if m < 0]
+    checks.append(
+        TargetCheck(
+            name,
+            "never below uniform, 0.02-0.5 N (lowest run's freshness - uniform)",
+            not below,
+            ", ".join(f"{b:g} N {m:+.4f}" for b, m in margins.items()),
+            (
+                "below uniform at "
+                + ", ".join(f"{b:g} N" for b in below)
+                + "; "
+                + _worst(sweep, name, min(margins, key=lambda b: margins[b]), "uniform")
+            )
+            if below
+            else "",
+        )
+    )
+    for budget, goal in sorted(LEARNING_GAP_TARGETS.items(), reverse=True):
+        if budget not in c.budgets:
+            continue
+        mean, lo, _ = sweep.gap(name, "main", budget)
+        met = bool(mean >= goal)
+        checks.append(
+            TargetCheck(
+                name,
+                f">= {goal:.0%} of the gap at {budget:g} N (mean of the runs)",
+                met,
+                f"{mean:.1%} (lowest run {lo:.1%})",
+                ""
+                if met
+                else f"short by {100 * (goal - mean):.1f} points; "
+                + _worst(sweep, name, budget, "oracle"),
+            )
+        )
+    for budget in BASELINE_BUDGETS:
+        if budget not in c.budgets or baseline not in c.policies:
+            continue
+        mine, theirs = sweep.gap(name, "main", budget)[0], sweep.gap(baseline, "main", budget)[0]
+        lead = mine - theirs
+        checks.append(
+            TargetCheck(
+                name,
+                f">= {100 * BASELINE_MARGIN:.0f} points of gap above {baseline} at {budget:g} N",
+                bool(lead >= BASELINE_MARGIN),
+                f"{100 * lead:+.1f} points ({mine:.1%} vs {theirs:.1%})",
+            )
+        )
+    for budget in c.shift_budgets:
+        days = sweep.shifted_recovery(name, budget)
+        if not days:
+            continue
+        ok = all(math.isfinite(d) and d <= SHIFT_DAYS for d in days)
+        checks.append(
+            TargetCheck(
+                name,
+                f"shifted pages within 5% of the oracle within {SHIFT_DAYS:g} days, {budget:g} N",
+                ok,
+                "days per seed: " + ", ".join(f"{d:g}" for d in days),
+                ""
+                if ok
+                else "the shifted pages are revisited at the rate their old estimate earns; "
+                "a page that slowed down is revisited until the evidence outweighs its past",
+            )
+        )
+    for budget in c.periodic_budgets:
+        if not sweep.part("periodic", budget):
+            continue
+        mean, lo, _ = sweep.gap(name, "periodic", budget)
+        met = bool(mean >= PERIODIC_TARGET)
+        checks.append(
+            TargetCheck(
+                name,
+                f">= {PERIODIC_TARGET:.0%} of the gap on the periodic web at {budget:g} N",
+                met,
+                f"{mean:.1%} (lowest run {lo:.1%})",
+                ""
+                if met
+                else "a Poisson model sees a page changing every P days as rate 1/P and "
+                "does not time its visits to just after the expected change",
+            )
+        )
+    for budget in c.capture_budgets:
+        if not sweep.part("capture", budget):
+            continue
+        costs = {
+            p: sweep.cost_per_change(p, "capture", budget) for p in c.policies if p != "oracle"
+        }
+        best = min(costs, key=lambda p: costs[p])
+        checks.append(
+            TargetCheck(
+                name,
+                f"lowest cost per change detected (change capture, {budget:g} N)",
+                best == name,
+                ", ".join(f"{p} {v:.3f}" for p, v in costs.items()),
+                "" if best == name else f"{best} pays {costs[best]:.3f}, {name} {costs[name]:.3f}",
+            )
+        )
+    return checks
+
+
+def _worst(sweep: LearningSweep, name: str, budget: float, reference: str) -> str:
+    runs = [
+        (run, r) for run, r in sweep.results.items() if run.part == "main" and run.budget == budget
+    ]
+    if not runs:
+        return ""
+    run, result = min(runs, key=lambda item: item[1].gap_closed(name))
+    return f"worst run {run.family} seed {run.seed}: " + _loss_band(result, name, reference)

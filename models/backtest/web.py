@@ -117,18 +117,53 @@ class DayChanges:
     last: FloatArray
 
 
-class ChangeStream:
-    """Draws each day's changes from the true rates, seeded per day (same for every policy)."""
+@dataclass(frozen=True)
+class Periodic:
+    """Pages that change exactly every ``period`` days (>= 1), at ``phase + k * period``.
 
-    def __init__(self, truth: RateSchedule, seed: int) -> None:
+    Their entry in the truth's rates is ``1 / period`` (what a Poisson model of them says;
+    what the oracle is told), but their changes are not Poisson: a crawler that learns the
+    period can visit just after each change.
+    """
+
+    pages: IntArray
+    period: FloatArray
+    phase: FloatArray
+
+    def __post_init__(self) -> None:
+        if not (self.pages.shape == self.period.shape == self.phase.shape):
+            raise BacktestInputError("periodic pages, periods and phases must align")
+        if (self.period < 1.0).any():
+            raise BacktestInputError("periods must be at least one day")
+
+    def on_day(self, changes: DayChanges, day: int) -> DayChanges:
+        """``changes`` with the periodic pages' changes of ``day`` in place of the drawn ones."""
+        k = np.maximum(np.ceil((day - self.phase) / self.period), 0.0)
+        offset = self.phase + k * self.period - day  # the first change at or after ``day``
+        hit = offset < 1.0
+        first, count, last = changes.first.copy(), changes.count.copy(), changes.last.copy()
+        first[self.pages] = np.where(hit, offset, np.inf)
+        count[self.pages] = hit.astype(np.int64)  # a period of a day or more: one change at most
+        last[self.pages] = first[self.pages]
+        return DayChanges(first, count, last)
+
+
+class ChangeStream:
+    """Draws each day's changes from the true rates, seeded per day (same for every policy);
+    ``periodic`` pages change at their fixed times instead."""
+
+    def __init__(self, truth: RateSchedule, seed: int, periodic: Periodic | None = None) -> None:
         self._truth = truth
         self._seed = seed
+        self._periodic = periodic
         self._cache: tuple[int, DayChanges] | None = None
 
     def on_day(self, day: int) -> DayChanges:
         if self._cache is not None and self._cache[0] == day:
             return self._cache[1]
         changes = draw_day_changes(self._truth.on_day(day), seed=self._seed, day=day)
+        if self._periodic is not None:
+            changes = self._periodic.on_day(changes, day)
         self._cache = (day, changes)
         return changes
 

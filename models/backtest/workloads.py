@@ -28,6 +28,7 @@ from models.backtest.web import (
     BacktestInputError,
     FloatArray,
     IntArray,
+    Periodic,
     PublicWeb,
     RateSchedule,
     draw_day_changes,
@@ -63,6 +64,8 @@ class Workload:
     #: per host, what its Last-Modified is (``models/backtest/last_modified.py`` codes;
     #: None: no host sends one). Truth: only the simulator reads it.
     last_modified: IntArray | None = None
+    #: pages that change on a fixed period instead of as a Poisson process (truth)
+    periodic: Periodic | None = None
 
     def page_last_modified(self) -> IntArray:
         """Each page's Last-Modified behaviour (its host's)."""
