@@ -13,12 +13,24 @@ wall time minus the union of all task bodies' intervals (Prefect's task runs, sl
 acquisition, futures), and separately the flow call's own start and end.
 
     .venv/bin/python benchmarks/bench_cycle.py [--hosts 1000] [--pages-per-host 20]
+        [--content-workers N | --dask-workers N] [--cpus 0] [--profile]
+
+CPU per page (issue 19): user + system CPU of every client process (this one, Prefect's
+server, the content workers or Dask's workers; never the sandbox's), per page of each
+cycle, side by side with the engine's fetch-only run of the same pages in the same run
+(``fetch_batch_sync``, one batch, concurrency 64: no extraction, no WARC, no Prefect),
+before and after the cycles. ``--cpus`` pins this process and what it starts (not the
+sandbox) to those CPUs, for the 1-core / 2-core comparison; ``--profile`` credits the flow
+process's CPU to the parts of the cycle (``benchmarks/bench_cycle_sampler.py``) and samples
+each process's resident memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -26,6 +38,7 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,6 +56,10 @@ FETCH = {
     "allowed_networks": ["127.0.0.0/8", "::1/128"],  # sandbox.SANDBOX_NETWORKS: loopback
 }
 BOOTSTRAP = {"discovery": 1.0, "reestimation": 0.0, "verification": 0.0}
+
+
+def _all_cpus() -> None:
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the sandbox is not the client
 
 
 def start_sandbox(hosts: int, pages: int, folder: Path) -> tuple[subprocess.Popen[bytes], dict]:
@@ -66,6 +83,7 @@ def start_sandbox(hosts: int, pages: int, folder: Path) -> tuple[subprocess.Pope
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=_all_cpus,
     )
     deadline = time.monotonic() + 300
     while not manifest.exists():
@@ -109,6 +127,60 @@ def phases(result: dict, call_s: float) -> dict[str, float]:
     }
 
 
+def client_processes(sandbox_pid: int) -> dict[int, tuple[str, Any]]:
+    """This process and every process it started but the sandbox, by role."""
+    import psutil
+
+    me = psutil.Process()
+    skip = {sandbox_pid} | {c.pid for c in psutil.Process(sandbox_pid).children(recursive=True)}
+    found: dict[int, tuple[str, Any]] = {me.pid: ("flow process", me)}
+    for child in me.children(recursive=True):
+        if child.pid in skip:
+            continue
+        try:
+            line = " ".join(child.cmdline())
+        except psutil.Error:
+            continue
+        if "prefect" in line or "uvicorn" in line:
+            role = "Prefect server"
+        elif "distributed" in line or "dask" in line:
+            role = "Dask workers"
+        elif "multiprocessing" in line:
+            role = "content workers"
+        else:
+            role = "other"
+        found[child.pid] = (role, child)
+    return found
+
+
+def cpu_by_role(processes: dict[int, tuple[str, Any]]) -> dict[str, float]:
+    import psutil
+
+    totals: dict[str, float] = {}
+    for role, process in processes.values():
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        totals[role] = totals.get(role, 0.0) + times.user + times.system
+    return totals
+
+
+def engine_baseline(urls: list[str]) -> tuple[float, int, float]:
+    """The engine alone on the same pages: (CPU s of this process, rows, wall s)."""
+    from tasks.fetch.engine import fetch_batch_sync
+    from tasks.fetch.settings import FetchSettings
+
+    settings = FetchSettings(**{**FETCH, "concurrency": 64})
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    started = time.perf_counter()
+    result = fetch_batch_sync(urls, settings=settings)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, result.rows.num_rows, wall
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=1000)
@@ -116,7 +188,16 @@ def main() -> int:
     parser.add_argument("--max-batch-urls", type=int, default=2500)
     parser.add_argument("--max-hosts-per-batch", type=int, default=40)
     parser.add_argument("--host-shards", type=int, default=16, help="0: one host:<h> tag per host")
+    parser.add_argument("--content-workers", type=int, default=0, help="worker processes")
+    parser.add_argument("--dask-workers", type=int, default=0, help="a LocalCluster of N")
+    parser.add_argument("--cpus", default=None, help="pin the client to these CPUs: 0 or 0,1")
+    parser.add_argument("--profile", action="store_true", help="where the flow's CPU goes")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the engine-only runs")
     args = parser.parse_args()
+    if args.cpus:
+        cpus = {int(c) for c in args.cpus.split(",")}
+        os.sched_setaffinity(0, cpus)  # before any thread or process starts: all inherit
+        print(f"client pinned to CPUs {sorted(cpus)} (the sandbox runs on all)")
 
     import pandas as pd
 
@@ -132,15 +213,43 @@ def main() -> int:
     print(f"Prefect's local server started in {prefect_s:.1f} s (0: PREFECT_API_URL is set)")
 
     folder = Path(tempfile.mkdtemp(prefix="bench-cycle-"))
-    root = REPO / "benchmarks" / "out" / "cycle-bench"
-    shutil.rmtree(root, ignore_errors=True)
+    root = folder / "store"  # per run: two runs side by side never share a store
     proc, manifest = start_sandbox(args.hosts, args.pages_per_host, folder)
+    cluster = None
+    dask_address = None
+    if args.dask_workers:
+        from distributed import LocalCluster
+
+        cluster = LocalCluster(
+            n_workers=args.dask_workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+        )
+        dask_address = cluster.scheduler_address
+        print(f"Dask LocalCluster: {args.dask_workers} worker processes at {dask_address}")
+    baselines: list[float] = []
     try:
         urls = manifest["page_urls"]
+        if not args.no_baseline:
+            cpu, rows, wall = engine_baseline(urls)
+            baselines.append(1000 * cpu / rows)
+            print(
+                f"engine fetch-only (before the cycles): {rows:,} pages, {wall:.1f} s wall, "
+                f"{1000 * cpu / rows:.2f} ms CPU per page ({rows / cpu:,.0f} pages per core-second)"
+            )
         CatalogStore(root).upsert(
             pd.DataFrame({"url": urls, "host": [urlsplit(u).netloc for u in urls]})
         )
+        per_cycle: list[float] = []
         for cycle in (0, 1):
+            processes = client_processes(proc.pid)
+            cpu_before = cpu_by_role(processes)
+            sampler = None
+            if args.profile:
+                from bench_cycle_sampler import Sampler
+
+                sampler = Sampler(watch=[p for p in processes if p != os.getpid()]).start()
             started = time.perf_counter()
             result = recrawl_flow(
                 root=str(root),
@@ -152,8 +261,14 @@ def main() -> int:
                 max_batch_urls=args.max_batch_urls,
                 max_hosts_per_batch=args.max_hosts_per_batch,
                 host_shards=args.host_shards,
+                content_workers=args.content_workers,
+                dask_address=dask_address,
             )
             call_s = time.perf_counter() - started
+            if sampler is not None:
+                sampler.stop()
+            processes = {**processes, **client_processes(proc.pid)}  # workers started now
+            cpu_after = cpu_by_role(processes)
             split = phases(result, call_s)
             print(
                 f"\ncycle {cycle}: {result['rows']:,} pages, {result['observations']:,} "
@@ -165,7 +280,43 @@ def main() -> int:
                 print(f"  {name:<50} {seconds:7.2f} s  {share:6.1%}")
             fetch_s = split["fetching (union of batches)"]
             print(f"  pages per second while fetching: {result['rows'] / fetch_s:,.0f}")
+            rows = max(int(result["rows"]), 1)
+            total = 0.0
+            for role in sorted(cpu_after):
+                used = cpu_after[role] - cpu_before.get(role, 0.0)
+                total += used
+                print(f"  CPU {role:<44} {used:7.2f} s  {1000 * used / rows:6.2f} ms/page")
+            per_cycle.append(1000 * total / rows)
+            print(
+                f"  CPU, all client processes: {total:.2f} s, {1000 * total / rows:.2f} ms per "
+                f"page, {rows / total:,.0f} pages per core-second, {rows / call_s:,.0f} pages "
+                "per second of wall time"
+            )
+            if sampler is not None:
+                from bench_cycle_sampler import table
+
+                print("  flow process CPU by part (CPU-weighted stack samples):")
+                for name, share in table(sampler.parts):
+                    print(f"    {name:<48} {share:6.1%}")
+                for pid, rss in sorted(sampler.peak_rss.items()):
+                    role = processes.get(pid, ("?", None))[0]
+                    print(f"  peak RSS {role:<20} pid {pid:<8} {rss / 2**20:7.0f} MiB")
+        if not args.no_baseline:
+            cpu, rows, wall = engine_baseline(urls)
+            baselines.append(1000 * cpu / rows)
+            print(
+                f"\nengine fetch-only (after the cycles): {rows:,} pages, {wall:.1f} s wall, "
+                f"{1000 * cpu / rows:.2f} ms CPU per page"
+            )
+            engine = sum(baselines) / len(baselines)
+            for cycle, ms in enumerate(per_cycle):
+                print(
+                    f"cycle {cycle}: {ms:.2f} ms CPU per page = {ms / engine:.2f}x the engine's "
+                    f"fetch-only {engine:.2f} ms (mean of before and after; target <= 2x)"
+                )
     finally:
+        if cluster is not None:
+            cluster.close()
         proc.terminate()
         proc.wait(timeout=30)
         shutil.rmtree(folder, ignore_errors=True)

@@ -59,6 +59,7 @@ from tasks.cycle.content import (
 )
 from tasks.cycle.host_limits import ensure_tag_limits
 from tasks.cycle.memory import keep_freed_memory
+from tasks.cycle.offload import Offloader, OffloadSettings, content_pool
 from tasks.cycle.planning import plan_path as plan_path_of
 from tasks.cycle.run_claims import claim_and_crash_dead_runs
 from tasks.cycle.work import (
@@ -144,6 +145,8 @@ def fetch_host_batch_task(
     cost_model: str = "credits",
     window_s: float | None = None,
     host_tags: list[str] | None = None,
+    content_workers: int = 0,
+    dask_address: str | None = None,
 ) -> BatchOutcome:
     """Fetch one host batch; its rows become the batch's staged part of the cycle.
 
@@ -167,6 +170,7 @@ def fetch_host_batch_task(
                 clock=fixed_clock(at) if at is not None else None,
                 cost_model=cost_model,
                 window_s=window_s,
+                offload=content_offloader(content_workers, dask_address),
             )
         finally:
             held = hold_until_paced(root, cycle, batch, settings)
@@ -188,6 +192,18 @@ def _task_run_id() -> UUID | None:
 
     context = TaskRunContext.get()
     return context.task_run.id if context is not None else None
+
+
+def content_offloader(workers: int, dask_address: str | None) -> Offloader | None:
+    """Where a batch's extraction, hashing, links and WARC writing run: this process's
+    worker processes (``workers > 0``), a Dask cluster (``dask_address``), or inline."""
+    if dask_address:
+        from tasks.cycle.offload_dask import dask_content_pool
+
+        return dask_content_pool(dask_address)
+    if workers > 0:
+        return content_pool(OffloadSettings(workers=workers))
+    return None
 
 
 def hold_until_paced(root: str, cycle: int, batch: str, settings: FetchSettings) -> float:
@@ -314,6 +330,8 @@ def recrawl_flow(
     fetch: dict[str, Any] | None = None,
     slices: dict[str, Any] | None = None,
     window_s: float | None = None,
+    content_workers: int = 0,
+    dask_address: str | None = None,
     replace: bool = False,
     seed: int | None = None,
     prior: PriorName = "mixture",
@@ -331,7 +349,13 @@ def recrawl_flow(
     ``seed`` seeds the plan's random verification sample; by default the cycle id, so each
     cycle verifies other pages. ``prior`` is the rate estimator's (plan and report; a
     weaker one stands in where it cannot be fitted, and the report names it).
+    ``content_workers > 0`` runs each batch's extraction, hashing, links and WARC writing in
+    that many worker processes of the flow's process, fed through bounded queues
+    (``tasks.cycle.offload``); ``dask_address`` on a Dask cluster instead
+    (``tasks.cycle.offload_dask``). Default: inline, in the batch's thread.
     """
+    if content_workers < 0:
+        raise ValueError(f"content_workers must be >= 0, got {content_workers}")
     keep_freed_memory()
     logger = run_logger()
     flow_started = time.time()
@@ -384,7 +408,9 @@ def recrawl_flow(
     limits = host_limits_task(sorted({tag for spec in specs for tag in spec.tags}))
     timings["limits"] = (limits["started"], limits["ended"])
 
-    outcomes, failed = _fetch_batches(root, cycle_id, specs, fetch, at, cost_model, window_s)
+    outcomes, failed = _fetch_batches(
+        root, cycle_id, specs, fetch, at, cost_model, window_s, content_workers, dask_address
+    )
     commit = commit_cycle_task(root, cycle_id, at)
     content = cycle_content_task(root, cycle_id, at)
     report = report_cycle_task(root, cycle_id, plan_path, cost_model, len(failed), at, prior)
@@ -431,6 +457,8 @@ def _fetch_batches(
     at: datetime | None,
     cost_model: str,
     window_s: float | None,
+    content_workers: int = 0,
+    dask_address: str | None = None,
 ) -> tuple[list[BatchOutcome], list[str]]:
     """Submit one tagged task per batch, report progress, collect outcomes and failures."""
     logger = run_logger()
@@ -449,6 +477,8 @@ def _fetch_batches(
             cost_model,
             window_s,
             list(spec.tags),
+            content_workers,
+            dask_address,
             wait_for=upstream,
             return_state=False,  # the overload that takes wait_for
         )
