@@ -425,10 +425,11 @@ def _group_levels(
     # With no informed group (a first cycle whose every page dates its last change beyond
     # the first-age horizon leaves exposure only) the distribution has nothing to learn
     # from and keeps its start: an average over no group would be NaN.
+    # post[informed].mean(0) = prior * mean_i(L_i / (L_i . prior)): two products a step
+    seen_likelihood = likelihood[informed]
     for _ in range(20 if informed.any() else 0):
-        post = likelihood * prior
-        post /= post.sum(axis=1, keepdims=True)
-        prior = (1 - _FLOOR) * post[informed].mean(axis=0) + _FLOOR / _GRID.shape[0]
+        share = (1.0 / (seen_likelihood @ prior)) @ seen_likelihood
+        prior = (1 - _FLOOR) * prior * share / seen_likelihood.shape[0] + _FLOOR / _GRID.shape[0]
     post = likelihood * prior
     post /= post.sum(axis=1, keepdims=True)
     mean = post @ _GRID
