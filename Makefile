@@ -21,7 +21,7 @@ CAPPED := -m 'not numerics_free'
 PYTEST_TIMES := --durations=20
 
 .PHONY: setup demo test lint types pytest pytest-servers pytest-journeys pytest-waiting pytest-rest pytest-models numerics \
-	numerics-v3 numerics-v2 reliability scale bench bench-transports clean
+	numerics-v3 numerics-v2 reliability scale backtest bench bench-transports clean
 
 # uv installs the pinned set in a tenth of pip's time (16 s against 160 s on 2 cores, cold
 # caches); where uv cannot be installed, pip does the same. Bytecode is not compiled at
@@ -101,6 +101,12 @@ reliability: $(STAMP)
 # Needs `apt-get install -y postgresql`; without it the test says so and skips.
 scale: $(STAMP)
 	@$(TIMED) $(BIN)/pytest tests/scaleout -m scale -s $(PYTEST_TIMES)
+
+# Issue 18's acceptance run: the deployed planner from scratch (no seed crawl, no
+# Last-Modified) over 4 seeds x 3 web families x 5 budgets, the periodic and shifting webs and
+# change capture, 20,000 pages; prints the figures and fails on every missed target.
+backtest: $(STAMP)
+	@$(TIMED) $(BIN)/pytest tests/models/backtest -m long_backtest -s $(PYTEST_TIMES)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_estimation.py
