@@ -270,8 +270,8 @@ class _Batch:
             by_url[url] = item
             items.append(item)
             if host not in self.host_base:
-                known = self.state.host(host)
-                self.host_base[host] = (known.requests, known.throttles)
+                host_state = self.state.host(host)
+                self.host_base[host] = (host_state.requests, host_state.throttles)
             if self.state.robots.get(url, wall) is None:
                 self.frontier.require_robots(host, url, now)
         return items
