@@ -100,7 +100,8 @@ reliability: $(STAMP)
 # two overlapping cycles over 1,000 sandbox hosts, one worker SIGKILLed. Prints the figures.
 # Needs `apt-get install -y postgresql`; without it the test says so and skips.
 scale: $(STAMP)
-	@$(TIMED) $(BIN)/pytest tests/scaleout -m scale -s $(PYTEST_TIMES)
+	@$(TIMED) $(BIN)/pytest tests/scaleout tests/models/allocation/test_shards.py \
+	  tests/tasks/cycle/test_sharded_planning.py -m scale -s $(PYTEST_TIMES)
 
 # Issue 18's acceptance run: the deployed planner from scratch (no seed crawl, no
 # Last-Modified) over 4 seeds x 3 web families x 5 budgets, the periodic and shifting webs and
