@@ -190,9 +190,11 @@ def format_sweep(sweep: LearningSweep) -> str:
     c = sweep.config
     learners = [p for p in c.policies if p not in ("oracle", "uniform")]
     lines = [f"Conditions: {c.conditions()}", ""]
+    runs = {b: len(sweep.part("main", b)) for b in c.budgets}
     lines.append(
         f"Share of the oracle-uniform gap closed, families {', '.join(c.families)} "
-        f"x {len(c.seeds)} seeds (mean, [lowest run .. highest])"
+        f"x seeds (mean, [lowest run .. highest]); runs per budget: "
+        + ", ".join(f"{b:g} N {n}" for b, n in runs.items())
     )
     head = f"{'policy':<20}" + "".join(f"{b:>22g} N" for b in c.budgets)
     lines += [head, "-" * len(head)]
