@@ -321,10 +321,10 @@ def _arrow_peak(root: Path, pages: int, parts: int) -> dict[str, int]:
     out = subprocess.run(
         [sys.executable, "-c", _MEASURE, str(root)],
         cwd=ROOT,
-        check=True,
         capture_output=True,
         text=True,
     )
+    assert out.returncode == 0, out.stderr[-2000:]  # the child's own error, if it failed
     result: dict[str, int] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
