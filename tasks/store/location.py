@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import duckdb
-import fsspec  # type: ignore[import-untyped]  # no stubs
+import fsspec  # untyped: pyproject tells mypy to ignore its missing stubs
 import pyarrow as pa
 import pyarrow.parquet as pq
 
