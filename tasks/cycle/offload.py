@@ -39,6 +39,7 @@ import atexit
 import itertools
 import logging
 import multiprocessing as mp
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -205,7 +206,9 @@ def _extract(
 
 def _worker_main(index: int, inbox: Any, results: Connection) -> None:
     """A worker process: take items in order, answer each (an error is an answer)."""
-    state = _WorkerState(str(index))
+    # the pid too: a replacement of a dead worker must never publish under a name the dead
+    # one's rows point into
+    state = _WorkerState(f"{index}p{os.getpid()}")
     while True:
         message = inbox.get()
         kind, job, key, payload = message
