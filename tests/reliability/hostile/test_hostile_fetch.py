@@ -83,9 +83,11 @@ def servers():
     """Every behaviour, served from a child process (no GIL or tracemalloc sharing); the
     healthy host from a second one, so a hostile server streaming a gigabyte cannot starve
     its event loop."""
-    with hs.serve_hostile_process(list(CASES)) as hostile:
-        with hs.serve_hostile_process(["healthy"]) as healthy:
-            yield hs.RemoteServers({**hostile.urls, **healthy.urls})
+    with (
+        hs.serve_hostile_process(list(CASES)) as hostile,
+        hs.serve_hostile_process(["healthy"]) as healthy,
+    ):
+        yield hs.RemoteServers({**hostile.urls, **healthy.urls})
 
 
 def run_bounded(urls: list[str], settings: FetchSettings, limit_s: float = 90.0, **kwargs):
