@@ -13,6 +13,8 @@ every class it belongs to, and add its row to the table of
 
 from __future__ import annotations
 
+from typing import Literal
+
 #: Every outcome of a fetch attempt, with what it means (the history's ``outcome``).
 OUTCOME_MEANINGS: dict[str, str] = {
     "ok": "2xx with a body that was extracted and hashed",
@@ -70,6 +72,9 @@ WITH_BODY = frozenset({"ok"})
 #: The host cannot be reached at all (its address is refused, TLS to it fails): when its
 #: robots.txt request ends so, every page of the host is recorded with that outcome.
 HOST_UNREACHABLE = frozenset({"refused_address", "tls_error"})
+
+#: What a headless render of one page ends in (``tasks/fetch/render.py``): fetch outcomes.
+RenderOutcome = Literal["ok", "timeout", "error", "shed"]
 
 #: Every class, by name (the names above).
 CLASSES: dict[str, frozenset[str]] = {

@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from models.fetching.net_policy import AddressPolicy, parse_address
+from models.outcomes import RenderOutcome
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,6 @@ QUIET_FLAGS: tuple[str, ...] = (
     "--remote-debugging-address=127.0.0.1",
     "--remote-debugging-port=0",
 )
-
-RenderOutcome = Literal["ok", "timeout", "error", "shed"]
 
 
 class BrowserUnavailableError(RuntimeError):

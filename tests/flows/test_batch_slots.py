@@ -65,21 +65,25 @@ def test_two_batches_of_one_host_do_not_overlap_and_share_one_client(api, hosts,
     held: dict[str, tuple[float, float]] = {}
     first_holds = threading.Event()
 
-    def batch(name: str, tags: list[str], hold_s: float) -> None:
+    def batch(name: str, tags: list[str], until_refused: bool) -> None:
         with batch_slots(tags, slots=slots):
             start = time.monotonic()
             first_holds.set()
             assert all(active(api, t) == 1 for t in tags)
-            time.sleep(hold_s)
+            # The first batch holds until the second was told to wait (not for a fixed time:
+            # on a loaded server one API call can take longer than any fixed hold).
+            deadline = start + 60.0
+            while until_refused and slots.stats.refusals < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
             held[name] = (start, time.monotonic())
 
-    one = threading.Thread(target=batch, args=("one", hosts, 1.0))
+    one = threading.Thread(target=batch, args=("one", hosts, True))
     one.start()
     first_holds.wait(30)
-    two = threading.Thread(target=batch, args=("two", hosts[:1], 0.1))
+    two = threading.Thread(target=batch, args=("two", hosts[:1], False))
     two.start()
-    one.join(60)
-    two.join(60)
+    one.join(90)
+    two.join(90)
     assert held["two"][0] >= held["one"][1], held  # the shared host never held twice at once
     assert slots.stats.acquisitions == 2 and slots.stats.releases == 2
     assert slots.stats.refusals >= 1  # the second batch was told to wait, and asked again
