@@ -17,10 +17,11 @@ NO_AVX2 := X86_V3 $(NO_AVX512)
 NUMERICS := tests/models
 # The capped passes leave out the modules marked numerics_free (strings, bytes, URLs, bloom
 # filters: no float arithmetic whose rounding could change an outcome).
-CAPPED := -m 'not numerics_free'
+# A -m here replaces pyproject's, so the long suites' markers are left out again.
+CAPPED := -m 'not numerics_free and not long_reliability and not scale and not long_backtest'
 PYTEST_TIMES := --durations=20
 
-.PHONY: setup demo test lint types pytest pytest-servers pytest-journeys pytest-waiting pytest-rest pytest-models numerics \
+.PHONY: setup demo test lint types pytest pytest-servers pytest-firsts pytest-journeys pytest-waiting pytest-rest pytest-models numerics \
 	numerics-v3 numerics-v2 reliability scale backtest bench bench-transports clean
 
 # uv installs the pinned set in a tenth of pip's time (16 s against 160 s on 2 cores, cold
@@ -42,13 +43,13 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/recrawl demo
 
-# The formatter and linter first; then the suite in five parts, the numerics passes and mypy
-# side by side, each target's output kept together: three parts mostly wait on subprocesses
+# The formatter and linter first; then the suite in six parts, the numerics passes and mypy
+# side by side, each target's output kept together: four parts mostly wait on subprocesses
 # and servers (flows; Prefect's first start, crashes, the UI, notebook and first-screen
 # tests; faults and load), so they share the two cores with the CPU-bound ones. They start
 # first, being the longest; -k: every part runs and reports even when one fails.
 test: lint
-	@$(MAKE) --no-print-directory -k -j5 --output-sync=target pytest numerics types
+	@$(MAKE) --no-print-directory -k -j6 --output-sync=target pytest numerics types
 
 lint: $(STAMP)
 	@$(TIMED) { $(BIN)/ruff format --check . && $(BIN)/ruff check .; }
@@ -59,12 +60,16 @@ types: $(STAMP)
 # The whole suite (pyproject's addopts leave out the long reliability runs).
 WAITING := tests/reliability
 FIRST_START := tests/flows/test_first_start.py
-JOURNEYS := $(FIRST_START) tests/tasks/cycle tests/ui tests/notebook tests/test_first_screen.py
+FIRSTS := $(FIRST_START) tests/test_first_screen.py
+JOURNEYS := tests/tasks/cycle tests/ui tests/notebook
 SERVERS := tests/flows
-pytest: pytest-servers pytest-journeys pytest-waiting pytest-rest pytest-models
+pytest: pytest-servers pytest-firsts pytest-journeys pytest-waiting pytest-rest pytest-models
 
 pytest-servers: $(STAMP)
 	@$(TIMED) $(BIN)/pytest $(SERVERS) --ignore=$(FIRST_START) $(PYTEST_TIMES)
+
+pytest-firsts: $(STAMP)
+	@$(TIMED) $(BIN)/pytest $(FIRSTS) $(PYTEST_TIMES)
 
 pytest-journeys: $(STAMP)
 	@$(TIMED) $(BIN)/pytest $(JOURNEYS) $(PYTEST_TIMES)
@@ -73,7 +78,7 @@ pytest-waiting: $(STAMP)
 	@$(TIMED) $(BIN)/pytest $(WAITING) $(PYTEST_TIMES)
 
 pytest-rest: $(STAMP)
-	@$(TIMED) $(BIN)/pytest $(foreach d,$(WAITING) $(SERVERS) $(JOURNEYS) $(NUMERICS),--ignore=$(d)) $(PYTEST_TIMES)
+	@$(TIMED) $(BIN)/pytest $(foreach d,$(WAITING) $(SERVERS) $(FIRSTS) $(JOURNEYS) $(NUMERICS),--ignore=$(d)) $(PYTEST_TIMES)
 
 pytest-models: $(STAMP)
 	@$(TIMED) $(BIN)/pytest $(NUMERICS) $(PYTEST_TIMES)
