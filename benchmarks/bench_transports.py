@@ -136,25 +136,11 @@ def run_aiohttp(urls: list[str], concurrency: int) -> dict[str, object]:
 
 
 def run_httpx(urls: list[str], concurrency: int) -> dict[str, object]:
-    import httpx
+    """Bare httpx with its own pool: ``bench_fetch.py``'s peer, the same code."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_fetch import run_bare
 
-    async def main() -> int:
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        semaphore = asyncio.Semaphore(concurrency)
-        headers = {"User-Agent": USER_AGENT}
-        async with httpx.AsyncClient(limits=limits, timeout=30.0, headers=headers) as client:
-
-            async def one(url: str) -> bool:
-                async with semaphore:
-                    response = await client.get(url)
-                    return response.status_code == 200 and bool(response.content)
-
-            return sum(await asyncio.gather(*(one(u) for u in urls)))
-
-    cpu, wall = _cpu(), time.perf_counter()
-    ok = asyncio.run(main())
-    wall, cpu = time.perf_counter() - wall, _cpu() - cpu
-    return {"seconds": wall, "cpu_s": cpu, "ok": ok}
+    return run_bare(urls, concurrency)
 
 
 def run_scrapy(urls: list[str], concurrency: int) -> dict[str, object]:
