@@ -16,6 +16,9 @@ themselves:
   fetches (1/2 before any): the prior is "the signal is independent of change", so an
   unproven signal has a likelihood ratio of 1 and changes nothing, and so does one that is
   constant on a host (it cannot tell its pages apart, whatever it says);
+* until the fetches show the signal depending on change (a two-proportion z of at least
+  ``min_z``), a host's ratio is exactly 1: an unproven signal, or one that is noise, moves
+  nothing;
 * the page's change probability from its rate and time since the visit, ``p``, becomes the
   posterior ``p * LR / (p * LR + 1 - p)`` with ``LR = recall / false_alarm`` for a signal of
   1 and ``(1 - recall) / (1 - false_alarm)`` for 0, clamped to ``[1/max_ratio, max_ratio]``.
@@ -113,12 +116,23 @@ class LastmodTrust:
 
 
 def learn_trust(
-    evidence: LastmodEvidence, *, prior_strength: float = 10.0, max_ratio: float = 20.0
+    evidence: LastmodEvidence,
+    *,
+    prior_strength: float = 10.0,
+    max_ratio: float = 20.0,
+    min_z: float = 3.0,
 ) -> LastmodTrust:
     """Recall and false-alarm rate per host: Beta means with ``prior_strength`` pseudo-examples
-    at the host's share of signalled fetches (1/2 for a host without evidence)."""
-    if not prior_strength > 0 or not max_ratio >= 1:
-        raise ValueError("need prior_strength > 0 and max_ratio >= 1")
+    at the host's share of signalled fetches (1/2 for a host without evidence).
+
+    A host whose evidence does not show the signal depending on change is given the same
+    recall and false-alarm rate (its share), so a likelihood ratio of exactly 1: the two-sample
+    z statistic of P(signal | changed) - P(signal | unchanged) on the raw counts must reach
+    ``min_z`` (3 by default: a signal independent of change passes it about once in 700
+    hosts). A signal that tells nothing thus moves nothing until the fetches prove it does.
+    """
+    if not prior_strength > 0 or not max_ratio >= 1 or not min_z >= 0:
+        raise ValueError("need prior_strength > 0, max_ratio >= 1 and min_z >= 0")
     changed = evidence.signaled_changed + evidence.quiet_changed
     unchanged = evidence.signaled_unchanged + evidence.quiet_unchanged
     signaled = evidence.signaled_changed + evidence.signaled_unchanged
@@ -127,7 +141,26 @@ def learn_trust(
     prior = prior_strength * share
     recall = (evidence.signaled_changed + prior) / (changed + prior_strength)
     false_alarm = (evidence.signaled_unchanged + prior) / (unchanged + prior_strength)
+    proven = signal_z(evidence) >= min_z
+    recall = np.where(proven, recall, share)
+    false_alarm = np.where(proven, false_alarm, share)
     return LastmodTrust(recall, false_alarm, float(max_ratio))
+
+
+def signal_z(evidence: LastmodEvidence) -> FloatArray:
+    """Per host, |z| of the difference between P(signal | changed) and P(signal | unchanged)
+    (pooled two-proportion test on the counts); 0 where either side has no example or the
+    signal is constant."""
+    changed = evidence.signaled_changed + evidence.quiet_changed
+    unchanged = evidence.signaled_unchanged + evidence.quiet_unchanged
+    signaled = evidence.signaled_changed + evidence.signaled_unchanged
+    total = changed + unchanged
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pooled = signaled / total
+        diff = evidence.signaled_changed / changed - evidence.signaled_unchanged / unchanged
+        se = np.sqrt(pooled * (1.0 - pooled) * (1.0 / changed + 1.0 / unchanged))
+        z = np.abs(diff) / se
+    return np.asarray(np.where(np.isfinite(z), z, 0.0))
 
 
 def posterior_change(p_changed: ArrayLike, likelihood_ratio: ArrayLike) -> FloatArray:

@@ -10,7 +10,9 @@ sums its own simulated fetches gave; a notebook calls it on plain arrays. One co
 2. allocate what the reserved slices leave of the budget (``allocate``: value-weighted
    freshness per cost, per-host capacity, at most one visit per page per cycle);
 3. select the cycle's batch (``select_batch``: slices, due and never-fetched pages by
-   priority, leftover ahead of schedule), its verification sample seeded by ``seed``.
+   priority, leftover ahead of schedule), its verification sample seeded by ``seed``; with
+   cheap change signals (``PlanningPages.change_ratio``), each host's revisits reordered by
+   them within the host's own share.
 
 Estimation runs over every page given (``moments``); allocation and selection over the
 ``planned`` positions only (a page known by another URL is estimated, so its evidence
@@ -63,6 +65,11 @@ class PlanningPages:
     per page; ``days_since_visit`` NaN for a page never fetched. ``planned`` are the
     positions of these pages among the estimated ones (default: all, in order);
     ``page_ids`` name them in the plan (default: the moments' ``page_ids`` at ``planned``).
+    ``change_ratio`` is each page's likelihood ratio of having changed since its last visit
+    from cheap signals (sitemap lastmod, feed entries; 1 = none), under each host's learned
+    trust (``models.discovery.lastmod``): it reorders a host's revisits within what the host
+    gets without it (``select_batch``), so a host whose signal proved nothing is planned
+    exactly as without one. None: no signal.
     """
 
     hosts: IntArray
@@ -71,6 +78,7 @@ class PlanningPages:
     days_since_visit: FloatArray
     planned: IntArray | None = None
     page_ids: IntArray | None = None
+    change_ratio: FloatArray | None = None
 
     @property
     def size(self) -> int:
@@ -149,7 +157,13 @@ def plan_from_moments(
         days_since_visit=pages.days_since_visit,
     )
     plan = select_batch(
-        candidates, budget, capacity, slices=slices, cycle_days=cycle_days, seed=seed
+        candidates,
+        budget,
+        capacity,
+        slices=slices,
+        cycle_days=cycle_days,
+        seed=seed,
+        change_ratio=pages.change_ratio,
     )
     return PlannedCycle(estimates, allocation, candidates, plan)
 
@@ -171,5 +185,7 @@ def _check(moments: PageMoments, pages: PlanningPages, planned: IntArray, cap: F
         raise PlanningInputError("planned positions must index the estimated pages")
     if pages.page_ids is not None and pages.page_ids.shape != (n,):
         raise PlanningInputError(f"page_ids must have one entry per planned page ({n})")
+    if pages.change_ratio is not None and np.asarray(pages.change_ratio).shape != (n,):
+        raise PlanningInputError(f"change_ratio must have one entry per planned page ({n})")
     if n and (pages.hosts.min() < 0 or pages.hosts.max() >= cap.shape[0]):
         raise PlanningInputError("host codes must index host_capacity")

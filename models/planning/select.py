@@ -42,6 +42,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from models.allocation.freshness import fresh_days_after_visit
+from models.discovery.lastmod import posterior_change
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -136,9 +137,17 @@ def select_batch(
     slices: Slices | None = None,
     cycle_days: float = 1.0,
     seed: int = 0,
+    change_ratio: FloatArray | None = None,
 ) -> CyclePlan:
     """This cycle's batch: slices first, then due and never-fetched pages by priority, then
-    pages ahead of their interval, within the budget and each host's capacity."""
+    pages ahead of their interval, within the budget and each host's capacity.
+
+    ``change_ratio`` (one per candidate; 1 = no signal) is each page's likelihood ratio of
+    having changed since its last visit from cheap signals (a sitemap's lastmod, a feed's
+    entry: ``models.discovery.lastmod``). It only reorders a host's revisits within what the
+    host got without it (:func:`reorder_by_signal`): a host whose pages all have a ratio of 1
+    gets exactly the pages it would have got, whatever the other hosts' signals say.
+    """
     c = candidates
     slices = slices or Slices()
     if not np.isfinite(budget) or budget < 0:
@@ -186,6 +195,33 @@ def select_batch(
     if slices.spend_leftover:
         take(AHEAD, known & (c.frequency > 0) & (gain > 0), priority, remaining)
 
+    if change_ratio is not None:
+        ratio = np.asarray(change_ratio, dtype=np.float64)
+        if ratio.shape != (c.size,) or not (ratio > 0).all():
+            raise PlanningInputError("change_ratio needs one positive ratio per candidate")
+        moved = known & (ratio != 1.0)
+        if moved.any():
+            posterior = np.where(moved, posterior_change(p_changed, ratio), p_changed)
+            base_gain = fresh_days_after_visit(c.rate, np.minimum(interval, 365.0))
+            moved_gain = posterior * base_gain
+            chosen, stage, redone = reorder_by_signal(
+                c,
+                taken,
+                reason,
+                moved,
+                ratio,
+                due,
+                c.value * moved_gain / c.cost,
+                spend_leftover=slices.spend_leftover,
+            )
+            mine = _hosts_of(c.hosts, moved)
+            taken[redone] = False
+            taken[chosen] = True
+            reason[chosen] = np.where(stage == 0, DUE, AHEAD)
+            p_changed = np.where(mine, posterior, p_changed)
+            gain = np.where(mine, moved_gain, gain)
+            score[chosen] = (c.value * moved_gain / c.cost)[chosen]
+
     index = np.flatnonzero(taken)
     order = np.lexsort((-score[index], reason[index]))
     index = index[order]
@@ -198,6 +234,62 @@ def select_batch(
         cost=c.cost[index],
         budget=float(budget),
     )
+
+
+def reorder_by_signal(
+    c: Candidates,
+    taken: NDArray[np.bool_],
+    reason: IntArray,
+    moved: NDArray[np.bool_],
+    ratio: FloatArray,
+    due: NDArray[np.bool_],
+    priority: FloatArray,
+    *,
+    spend_leftover: bool = True,
+) -> tuple[IntArray, IntArray, NDArray[np.bool_]]:
+    """A host's revisits chosen again with its pages' signals: the same number and no more
+    cost than it got without them, best first.
+
+    Only hosts with a page whose ratio is not 1 (``moved``) are chosen again; their pages the
+    slices took (verification, re-estimation) and their first visits stay. The rest of each
+    such host's batch (reasons ``due`` and ``ahead``) is replaced by its known pages ranked
+    in two stages: first the pages due and not signalled unchanged, and the pages signalled
+    changed (ratio > 1), then the others (only with ``spend_leftover``), each stage by
+    ``priority`` (value x fresh days a visit buys under the posterior / cost); a host's page
+    is taken while the host's count and spend stay within its batch without the signal.
+    Returns the chosen positions, their stage (0: due or signalled, 1: ahead) and the pages
+    whose place in the batch they replace.
+    """
+    n_hosts = int(c.hosts.max()) + 1
+    mine = _hosts_of(c.hosts, moved)
+    known = ~np.isnan(c.days_since_visit)
+    redone = mine & taken & known & ((reason == DUE) | (reason == AHEAD))
+    count = np.bincount(c.hosts[redone], minlength=n_hosts)
+    spend = np.bincount(c.hosts[redone], weights=c.cost[redone], minlength=n_hosts)
+    first_stage = (due & (ratio >= 1.0)) | (ratio > 1.0)
+    pool = mine & known & ~(taken & ~redone) & (priority > 0)
+    if not spend_leftover:
+        pool &= first_stage
+    cand = np.flatnonzero(pool)
+    stage = np.where(first_stage[cand], 0, 1)
+    order = np.lexsort((-priority[cand], stage, c.hosts[cand]))
+    cand, stage = cand[order], stage[order]
+    hosts = c.hosts[cand]
+    starts = np.r_[0, np.flatnonzero(np.diff(hosts)) + 1]
+    lengths = np.diff(np.r_[starts, cand.shape[0]])
+    rank = np.arange(cand.shape[0]) - np.repeat(starts, lengths)
+    cum = np.cumsum(c.cost[cand])
+    before = np.repeat(np.r_[0.0, cum][starts], lengths)
+    keep = (rank < count[hosts]) & (cum - before <= spend[hosts] * (1 + 1e-12))
+    return cand[keep], stage[keep], redone
+
+
+def _hosts_of(hosts: IntArray, pages: NDArray[np.bool_]) -> NDArray[np.bool_]:
+    """Every page of the hosts that have one of ``pages``."""
+    on_host = np.zeros(int(hosts.max()) + 1, dtype=bool)
+    on_host[hosts[pages]] = True
+    out: NDArray[np.bool_] = on_host[hosts]
+    return out
 
 
 def _fill(
