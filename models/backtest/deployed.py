@@ -11,16 +11,38 @@ sample seeded by the cycle (the simulated day), and, from a cold start, no free 
 ``groups`` are the smoothing groups the catalog would give: by default each page's host
 (a catalog import without groups); a URL-template grouping is a choice a catalog can make
 (``DeployedPlannerPolicy(groups=web.groups)``).
+
+``signals`` gives the planner cheap change signals, as ``plan_cycle`` reads them from the
+store: each cycle every page's likelihood ratio of having changed since its last visit
+(``PlanningPages.change_ratio``), and after the fetches what they found, to learn each
+host's trust from (``models.backtest.signals.LearnedSignals``: sitemap lastmod and feeds).
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
+import numpy as np
+
 from models.allocation.freshness import FRESHNESS, Objective
+from models.backtest.learning import BoolArray
 from models.backtest.policies import Policy
-from models.backtest.web import IntArray, PublicWeb
+from models.backtest.web import FloatArray, IntArray, PublicWeb
 from models.estimation.change_rate import PriorChoice
 from models.planning.core import PlanningPages, plan_from_moments
 from models.planning.select import REASONS, Slices
+
+
+class ChangeSignals(Protocol):
+    """Cheap change signals a planner reads before a cycle and learns from after it."""
+
+    def ratios(self, day: int, last_fetch: FloatArray) -> FloatArray:
+        """Each page's likelihood ratio of having changed since ``last_fetch`` (1: none)."""
+        ...
+
+    def learn(self, day: int, pages: IntArray, changed: BoolArray) -> None:
+        """What the day's revisits of ``pages`` found (first visits left out)."""
+        ...
 
 
 class DeployedPlannerPolicy(Policy):
@@ -37,6 +59,7 @@ class DeployedPlannerPolicy(Policy):
         objective: Objective = FRESHNESS,
         seed: int = 0,
         name: str = "planner",
+        signals: ChangeSignals | None = None,
     ) -> None:
         super().__init__(web, budget)
         self.name = name
@@ -46,6 +69,7 @@ class DeployedPlannerPolicy(Policy):
         self.objective = objective
         self.seed = seed
         self.prior_used: dict[str, int] = {}
+        self.signals = signals
 
     def choose(self, day: int) -> IntArray:
         web = self.web
@@ -57,6 +81,9 @@ class DeployedPlannerPolicy(Policy):
                 value=web.value,
                 cost=web.cost,
                 days_since_visit=self.observations.days_since(day),
+                change_ratio=None
+                if self.signals is None
+                else self.signals.ratios(day, self.observations.last_fetch),
             ),
             self.budget,
             web.host_capacity,
@@ -73,3 +100,8 @@ class DeployedPlannerPolicy(Policy):
             self.spent_by_reason[reason] = self.spent_by_reason.get(reason, 0.0) + spent
         out: IntArray = plan.index
         return out
+
+    def after_fetch(self, day: int, pages: IntArray, changed: BoolArray, first: BoolArray) -> None:
+        if self.signals is not None:
+            again = ~np.asarray(first, dtype=bool)
+            self.signals.learn(day, pages[again], np.asarray(changed, dtype=bool)[again])
