@@ -5,20 +5,21 @@ shards by DuckDB (``PARTITION_BY`` a hash of the host, spilling past its memory 
 then allocated and selected shard by shard on a dask.distributed LocalCluster
 (``tasks.cycle.sharded_planning``). Printed, from one run:
 
-  time       per phase: generate, shard, multiplier, frequencies, selection, write
-  passes     the sharded solve in units of one round over every shard (one shard read
-             and one spend evaluation each), timed in the same run: the ceiling of any
-             sharded planner that reads its shards from disk at least once
-  memory     peak RSS of the driver and of each worker (ru_maxrss), against the bound
-             stated below
-  check      with --check (sizes that fit in one process): the single-process planner on
-             the same pages, frequencies compared per page and the batch compared row by row
+  time       per phase: generate, shard, load (every shard read once into its worker),
+             multiplier, frequencies, selection, write
+  passes     the ceiling, timed in the same run: one read of every shard into its worker
+             plus one spend round over all of them (what any sharded planner that reads
+             its shards from disk needs at least); the plan in units of it
+  memory     peak RSS of the driver and of each worker (VmHWM since planning started),
+             and the bytes the workers hold for their shards between rounds
 
-Memory bound: a worker holds one shard at a time, so its peak is about B x (pages per
-shard) above its baseline, B measured here (bytes per page); the driver holds a few
-numbers per shard per round, plus the batch it writes (about 100 bytes per chosen page);
-DuckDB's split is capped by its memory_limit (1 GB here) and spills to the shard folder.
-All files are deleted at the end (``--keep`` keeps them).
+Memory bound: each worker keeps its shards between rounds, compact: ~42 bytes per page
+(float32 inputs as stored, int32 host codes, float64 frequencies, the selection's state)
+plus, during a take, its ranked pool (up to 40 bytes per page), plus one shard's float64
+temporaries while it evaluates (a few hundred bytes per page of the largest shard); the
+driver holds a few numbers per shard per round, plus the batch it writes (about 100 bytes
+per chosen page); DuckDB's split is capped by its memory_limit (1 GB here) and spills to
+the shard folder. All files are deleted at the end (``--keep`` keeps them).
 
 Reproduce:  .venv/bin/python benchmarks/bench_sharded_plan.py --pages 100000000 --shards 100
             .venv/bin/python benchmarks/bench_sharded_plan.py --pages 1000000 --shards 8 --check
@@ -133,12 +134,7 @@ def main() -> None:
     import distributed
 
     from tasks.cycle.memory import keep_freed_memory
-    from tasks.cycle.sharded_planning import (
-        PlanSettings,
-        plan_sharded,
-        shard_spend_task,
-        write_shards,
-    )
+    from tasks.cycle.sharded_planning import DaskShards, PlanSettings, plan_sharded, write_shards
 
     keep_freed_memory()
     logging.basicConfig(format="%(asctime)s %(message)s", level=logging.WARNING)
@@ -179,20 +175,16 @@ def main() -> None:
             t = time.perf_counter()
             result = plan_sharded(client, shards, settings, root / "plan.parquet")
             timing["plan"] = time.perf_counter() - t
-            # the unit: one round over every shard at the root (read + one spend each)
+            # the ceiling: every shard read once into its worker, one spend round at the root
+            ceiling = DaskShards(client, shards, settings)
             t = time.perf_counter()
-            n = len(shards.folders)
-            client.gather(
-                client.map(
-                    shard_spend_task,
-                    shards.folders,
-                    [result.root.multiplier] * n,
-                    [True] * n,
-                    [settings] * n,
-                    pure=False,
-                )
-            )
-            one_round = time.perf_counter() - t
+            ceiling.load()
+            read_s = time.perf_counter() - t
+            t = time.perf_counter()
+            ceiling.spend(result.root.multiplier, True)
+            round_s = time.perf_counter() - t
+            ceiling.release()
+            one_round = read_s + round_s
             worker_peak = client.run(peak_mb)
         per_shard = max(shards.pages)
         print(
@@ -206,10 +198,19 @@ def main() -> None:
             f"{result.shard_calls} rounds of shard tasks in all"
         )
         print(
-            f"one round over all shards at the root {one_round:.1f} s: the plan took "
-            f"{timing['plan'] / one_round:.1f} rounds' time "
-            f"(multiplier {result.seconds['multiplier'] / one_round:.1f}, "
-            f"selection {result.seconds['selection'] / one_round:.1f})"
+            f"ceiling, same run: every shard read once {read_s:.1f} s + one spend round at "
+            f"the root {round_s:.1f} s = {one_round:.1f} s; the plan took "
+            f"{timing['plan'] / one_round:.2f} times that (load "
+            f"{result.seconds['load'] / one_round:.2f}, multiplier "
+            f"{result.seconds['multiplier'] / one_round:.2f}, selection "
+            f"{result.seconds['selection'] / one_round:.2f}); one resident round is "
+            f"{round_s / read_s:.2f} of a read pass"
+        )
+        held = result.held_bytes
+        print(
+            "held between rounds: "
+            + ", ".join(f"{b / 2**20:,.0f} MiB" for b in held.values())
+            + f" ({sum(held.values()) / shards.size:.1f} bytes per page, during the last take)"
         )
         grow = {w: worker_peak[w][1] - worker_base[w][1] for w in worker_peak}
         peaks = ", ".join(f"{v[1]:,.0f} (pid {v[0]})" for v in worker_peak.values())
@@ -218,7 +219,8 @@ def main() -> None:
             f"peak RSS: driver {rss_mb():,.0f} MiB ({rss_mb() - base_mb:,.0f} above its "
             f"state after generating, DuckDB's split included); workers {peaks} MiB "
             f"(+{worst:,.0f} MiB at most over their state before planning = "
-            f"{worst * 2**20 / per_shard:,.0f} bytes per page of the largest shard)"
+            f"{worst * 2**20 / (shards.size / len(grow)):,.0f} bytes per page a worker holds; "
+            f"largest shard {per_shard:,} pages)"
         )
         print(f"plan: {result.rows:,} pages, spent {result.spent:,.1f} of {budget:,.1f}")
         print(

@@ -290,7 +290,7 @@ class SelectionState:
     """What the selection has taken of one shard so far (per page, and per host)."""
 
     taken: NDArray[np.bool_]
-    reason: IntArray
+    reason: NDArray[np.int8]  # a take's code (models.planning.select), -1 where not taken
     score: FloatArray
     used: FloatArray
 
@@ -298,7 +298,7 @@ class SelectionState:
     def start(cls, pages: int, hosts: int) -> SelectionState:
         return cls(
             np.zeros(pages, dtype=bool),
-            np.full(pages, -1, dtype=np.int64),
+            np.full(pages, -1, dtype=np.int8),
             np.zeros(pages),
             np.zeros(hosts),
         )

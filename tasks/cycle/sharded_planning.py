@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,10 +44,12 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from models.allocation.allocate import AllocationProblem
+from models.allocation.freshness import FRESHNESS
 from models.allocation.shards import (
     Band,
     BudgetRoot,
     Cut,
+    FloatArray,
     HostWarmth,
     Ranked,
     SelectionSettings,
@@ -163,32 +166,46 @@ class ShardPages:
 
     @property
     def size(self) -> int:
-        return int(self.url_id.shape[0])
+        return int(self.codes.shape[0])
 
 
-def read_shard(folder: Path, host_capacity: float) -> ShardPages:
+def _sorted_table(folder: Path, columns: Sequence[str]) -> pa.Table:
+    files = sorted(folder.glob("*.parquet"))
+    table = pq.read_table(files, columns=list(columns))
+    return table.sort_by([("host", "ascending"), ("url_id", "ascending")])
+
+
+def read_shard(folder: Path, host_capacity: float, *, compact: bool = False) -> ShardPages:
     """A shard's pages, sorted by host then url_id, hosts as dense codes.
 
     pyarrow reads and sorts the shard (a DuckDB connection costs more than the read at
-    the sizes a shard has when many are read per second).
+    the sizes a shard has when many are read per second). ``compact``: what a worker keeps
+    between rounds: a float32 column stays float32 (every float32 is a float64 exactly, so
+    the planner computing in float64 from it sees the values the single-process planner
+    sees), host codes are int32, and the labels (``url_id``, ``host``) are left out (empty):
+    only the chosen rows need them, read again at the end (:func:`_labels`).
     """
-    files = sorted(folder.glob("*.parquet"))
-    table = pq.read_table(files, columns=[*PAGE_COLUMNS, "capacity"])
-    table = table.sort_by([("host", "ascending"), ("url_id", "ascending")])
+    table = _sorted_table(folder, [*PAGE_COLUMNS, "capacity"])
 
-    def floats(name: str, fill: float) -> NDArray[np.float64]:
-        column = pc.fill_null(table[name].cast(pa.float64()), fill)
-        return np.asarray(column.to_numpy(), dtype=np.float64)
+    def floats(name: str, fill: float) -> NDArray[Any]:
+        column = table[name]
+        narrow = compact and column.type == pa.float32()
+        column = pc.fill_null(column.cast(pa.float32() if narrow else pa.float64()), fill)
+        return np.asarray(column.to_numpy(), dtype=np.float32 if narrow else np.float64)
 
     host = table["host"].to_numpy(zero_copy_only=False)
     starts = np.r_[0, np.flatnonzero(host[1:] != host[:-1]) + 1] if host.size else np.zeros(0, int)
-    marks = np.zeros(host.shape[0], dtype=np.int64)
+    marks = np.zeros(host.shape[0], dtype=np.int32 if compact else np.int64)
     marks[starts[1:]] = 1
+    capacity = pc.fill_null(table["capacity"].cast(pa.float64()), float(host_capacity))
+    url_id = table["url_id"].to_numpy()
+    if compact:
+        url_id, host = url_id[:0], host[:0]
     return ShardPages(
-        table["url_id"].to_numpy(),
+        url_id,
         host,
-        np.cumsum(marks),
-        floats("capacity", float(host_capacity))[starts],
+        np.cumsum(marks, dtype=marks.dtype),
+        np.asarray(capacity.to_numpy(), dtype=np.float64)[starts],
         floats("rate", np.nan),
         floats("log_std", np.nan),
         floats("value", np.nan),
@@ -197,17 +214,44 @@ def read_shard(folder: Path, host_capacity: float) -> ShardPages:
     )
 
 
+def _labels(folder: Path) -> tuple[NDArray[Any], NDArray[Any]]:
+    """The shard's ``url_id`` and ``host`` in its order (as :func:`read_shard` sorts)."""
+    table = _sorted_table(folder, ["url_id", "host"])
+    return table["url_id"].to_numpy(), table["host"].to_numpy(zero_copy_only=False)
+
+
+def _f64(values: NDArray[Any]) -> FloatArray:
+    return np.asarray(values, dtype=np.float64)
+
+
 def shard_problem(pages: ShardPages, settings: PlanSettings) -> AllocationProblem:
-    """The shard's allocation problem, as ``plan_cycle`` poses the whole one."""
+    """The shard's allocation problem, as ``plan_cycle`` poses the whole one (validated)."""
     days = settings.cycle_days
     return AllocationProblem.build(
-        pages.rate,
+        _f64(pages.rate),
         settings.allocation_budget,
-        weights=pages.value,
-        costs=pages.cost,
-        hosts=pages.codes,
+        weights=_f64(pages.value),
+        costs=_f64(pages.cost),
+        hosts=np.asarray(pages.codes, dtype=np.int64),
         host_capacity=pages.capacity / days,
         max_frequency=1.0 / days,
+    )
+
+
+def _round_problem(pages: ShardPages, settings: PlanSettings) -> AllocationProblem:
+    """:func:`shard_problem` without its checks (passed once, at load), in float64 for one
+    round, the page bounds as zero-stride views: the same numbers, none kept."""
+    n, days = pages.size, settings.cycle_days
+    return AllocationProblem(
+        _f64(pages.rate),
+        settings.allocation_budget,
+        _f64(pages.cost),
+        _f64(pages.value),
+        np.broadcast_to(np.float64(0.0), (n,)),
+        np.broadcast_to(np.float64(1.0 / days), (n,)),
+        np.asarray(pages.codes, dtype=np.int64),
+        pages.capacity / days,
+        FRESHNESS,
     )
 
 
@@ -215,177 +259,277 @@ def _frequency_path(folder: Path) -> Path:
     return folder.parent / f".{folder.name}.frequency.npy"
 
 
-def _state_path(folder: Path) -> Path:
-    return folder.parent / f".{folder.name}.selection.npz"
+@dataclass
+class Resident:
+    """One shard as its worker keeps it between rounds (compact pages, solver warmth,
+    frequencies, the selection's state and the take's ranked pool)."""
+
+    folder: Path
+    offset: int
+    pages: ShardPages
+    settings: PlanSettings
+    warm: HostWarmth | None = None
+    frequency: FloatArray | None = None
+    state: SelectionState | None = None
+    ranked: Ranked | None = None
+
+    def selection(self) -> ShardSelection:
+        """The shard's candidates in float64 (transient) and its selection state."""
+        p = self.pages
+        if self.frequency is None or self.state is None:
+            raise RuntimeError(f"shard {self.folder} has no frequencies yet")
+        candidates = Candidates(
+            page_ids=np.arange(p.size),
+            hosts=np.asarray(p.codes, dtype=np.int64),
+            value=_f64(p.value),
+            cost=_f64(p.cost),
+            rate=_f64(p.rate),
+            frequency=self.frequency,
+            log_std=_f64(p.log_std),
+            days_since_visit=_f64(p.days_since_visit),
+        )
+        return ShardSelection(candidates, p.capacity, self.offset, self.state)
+
+    def pool(self) -> Ranked:
+        if self.ranked is None:
+            raise RuntimeError(f"shard {self.folder} has no ranked pool (knots come first)")
+        return self.ranked
+
+    @property
+    def nbytes(self) -> int:
+        p = self.pages
+        arrays = [p.codes, p.capacity, p.rate, p.log_std, p.value, p.cost, p.days_since_visit]
+        if self.frequency is not None:
+            arrays.append(self.frequency)
+        if self.state is not None:
+            s = self.state
+            arrays += [s.taken, s.reason, s.score, s.used]
+        if self.ranked is not None:
+            r = self.ranked
+            arrays += [r.index, r.score, r.position, r.cost, r.host]
+        return int(sum(a.nbytes for a in arrays))
 
 
-def _ranked_path(folder: Path) -> Path:
-    return folder.parent / f".{folder.name}.ranked.npz"
+#: on each worker process: the shards it holds, by plan token and folder (see DaskShards)
+_RESIDENT: dict[tuple[str, str], Resident] = {}
 
 
-def _warm_path(folder: Path) -> Path:
-    return folder.parent / f".{folder.name}.hosts.npz"
+def _held(token: str, folder: Path) -> Resident:
+    try:
+        return _RESIDENT[(token, str(folder))]
+    except KeyError:
+        raise RuntimeError(
+            f"shard {folder} is not held by this worker (was it restarted mid-plan?)"
+        ) from None
 
 
-def _load_warmth(folder: Path) -> HostWarmth | None:
-    path = _warm_path(folder)
-    if not path.exists():
-        return None
-    with np.load(path) as z:
-        return HostWarmth(float(z["mu"]), z["nu"], z["nu_slope"])
+def load_task(
+    token: str, folders: Sequence[Path], offsets: Sequence[int], settings: PlanSettings
+) -> list[int]:
+    """Worker task: read these shards once, check their problems, keep them; their sizes."""
+    sizes = []
+    for folder, offset in zip(folders, offsets, strict=True):
+        pages = read_shard(folder, settings.host_capacity, compact=True)
+        shard_problem(pages, settings)  # the checks, once: bad input fails here
+        _RESIDENT[(token, str(folder))] = Resident(folder, int(offset), pages, settings)
+        sizes.append(pages.size)
+    return sizes
 
 
-def shard_spend_task(
-    folder: Path, mu: float, with_hosts: bool, settings: PlanSettings
-) -> ShardPoint:
-    """Dask task: the shard's spend at budget multiplier ``mu`` (its hosts solved, from
-    the host multipliers of its previous trial, kept beside it)."""
-    problem = shard_problem(read_shard(folder, settings.host_capacity), settings)
-    point, warm = shard_point(problem, mu, with_hosts=with_hosts, warm=_load_warmth(folder))
-    if with_hosts and warm is not None:
-        np.savez(_warm_path(folder), mu=warm.mu, nu=warm.nu, nu_slope=warm.nu_slope)
-    return point
+def release_task(token: str) -> int:
+    """Worker task (``client.run``): forget a plan's shards; how many bytes were held."""
+    held = [key for key in _RESIDENT if key[0] == token]
+    freed = sum(_RESIDENT[key].nbytes for key in held)
+    for key in held:
+        del _RESIDENT[key]
+    return freed
 
 
-def shard_allocate_task(folder: Path, root: BudgetRoot, settings: PlanSettings) -> float:
-    """Dask task: the shard's frequencies at the root, written beside it; returns its spend."""
-    pages = read_shard(folder, settings.host_capacity)
-    problem = shard_problem(pages, settings)
-    f = shard_frequencies(problem, root, warm=_load_warmth(folder))
-    np.save(_frequency_path(folder), f)
-    state = SelectionState.start(pages.size, pages.capacity.shape[0])
-    _save_state(folder, state)
-    return math.fsum(pages.cost * f)
+def held_bytes_task(token: str) -> int:
+    """Worker task (``client.run``): the bytes of a plan's shards this worker holds."""
+    return sum(r.nbytes for key, r in _RESIDENT.items() if key[0] == token)
 
 
-def _selection(
-    folder: Path, offset: int, settings: PlanSettings
-) -> tuple[ShardSelection, ShardPages]:
-    pages = read_shard(folder, settings.host_capacity)
-    candidates = Candidates(
-        page_ids=pages.url_id,
-        hosts=pages.codes,
-        value=pages.value,
-        cost=pages.cost,
-        rate=pages.rate,
-        frequency=np.load(_frequency_path(folder)),
-        log_std=pages.log_std,
-        days_since_visit=pages.days_since_visit,
-    )
-    state = _load_state(folder)
-    return ShardSelection(candidates, pages.capacity, offset, state), pages
+def spend_task(
+    token: str, folders: Sequence[Path], mu: float, with_hosts: bool
+) -> list[ShardPoint]:
+    """Worker task: each shard's spend at budget multiplier ``mu`` (its hosts solved from
+    the host multipliers of its previous trial)."""
+    out = []
+    for folder in folders:
+        r = _held(token, folder)
+        problem = _round_problem(r.pages, r.settings)
+        point, r.warm = shard_point(problem, mu, with_hosts=with_hosts, warm=r.warm)
+        out.append(point)
+    return out
 
 
-def _save_state(folder: Path, state: SelectionState) -> None:
-    np.savez(
-        _state_path(folder),
-        taken=state.taken,
-        reason=state.reason.astype(np.int8),
-        score=state.score,
-        used=state.used,
-    )
+def allocate_task(token: str, folders: Sequence[Path], root: BudgetRoot) -> list[float]:
+    """Worker task: each shard's frequencies at the root (kept, and written beside the
+    shard as a ``.npy``); returns their spends."""
+    out = []
+    for folder in folders:
+        r = _held(token, folder)
+        f = shard_frequencies(_round_problem(r.pages, r.settings), root, warm=r.warm)
+        np.save(_frequency_path(folder), f)
+        r.frequency = f
+        r.state = SelectionState.start(r.pages.size, r.pages.capacity.shape[0])
+        out.append(math.fsum(_f64(r.pages.cost) * f))
+    return out
 
 
-def _load_state(folder: Path) -> SelectionState:
-    with np.load(_state_path(folder)) as z:
-        return SelectionState(z["taken"], z["reason"].astype(np.int64), z["score"], z["used"])
+def knots_task(token: str, folders: Sequence[Path], code: int, allowed: float) -> list[Band]:
+    """Worker task: rank each shard's pool for take ``code`` (kept until the take is
+    applied) and return its knots (``models.allocation.shards.shard_knots``)."""
+    out = []
+    for folder in folders:
+        r = _held(token, folder)
+        r.ranked = None  # the last take's pool goes before this one is built
+        r.ranked = rank_shard(r.selection(), code, r.settings.selection)
+        out.append(shard_knots(r.ranked, allowed))
+    return out
 
 
-def _load_ranked(folder: Path) -> Ranked:
-    with np.load(_ranked_path(folder)) as z:
-        return Ranked(z["index"], z["score"], z["position"], z["cost"], z["host"])
+def cost_upto_task(token: str, folders: Sequence[Path], keys: Band) -> list[NDArray[Any]]:
+    return [shard_cost_upto(_held(token, f).pool(), keys) for f in folders]
 
 
-def rank_task(folder: Path, offset: int, code: int, allowed: float, settings: PlanSettings) -> Band:
-    """Dask task: rank the shard's pool for take ``code``, keep it beside the shard, and
-    return its knots (``models.allocation.shards.shard_knots``)."""
-    shard, _ = _selection(folder, offset, settings)
-    ranked = rank_shard(shard, code, settings.selection)
-    np.savez(
-        _ranked_path(folder),
-        index=ranked.index,
-        score=ranked.score,
-        position=ranked.position,
-        cost=ranked.cost,
-        host=ranked.host,
-    )
-    return shard_knots(ranked, allowed)
+def band_task(token: str, folders: Sequence[Path], after: Band, upto: Band) -> list[Band]:
+    return [shard_band(_held(token, f).pool(), after, upto) for f in folders]
 
 
-def cost_upto_task(folder: Path, keys: Band) -> NDArray[Any]:
-    return shard_cost_upto(_load_ranked(folder), keys)
+def cheap_after_task(token: str, folders: Sequence[Path], last: Band, left: float) -> list[Band]:
+    return [shard_cheap_after(_held(token, f).pool(), last, left) for f in folders]
 
 
-def band_task(folder: Path, after: Band, upto: Band) -> Band:
-    return shard_band(_load_ranked(folder), after, upto)
+def apply_task(token: str, folders: Sequence[Path], cut: Cut) -> list[float]:
+    """Worker task: mark the take's pages of each shard as taken; return their costs."""
+    out = []
+    for folder in folders:
+        r = _held(token, folder)
+        if r.state is None:
+            raise RuntimeError(f"shard {folder} has no selection state")
+        out.append(apply_cut(r.state, r.pool(), cut))
+        r.ranked = None
+    return out
 
 
-def cheap_after_task(folder: Path, last: Band, left: float) -> Band:
-    return shard_cheap_after(_load_ranked(folder), last, left)
-
-
-def apply_task(folder: Path, cut: Cut) -> float:
-    """Dask task: mark the take's pages of this shard as taken; return their cost."""
-    state = _load_state(folder)
-    spent = apply_cut(state, _load_ranked(folder), cut)
-    _save_state(folder, state)
-    return spent
-
-
-def finish_task(folder: Path, offset: int, settings: PlanSettings) -> pa.Table:
-    """Dask task: the shard's chosen rows (global positions, reasons, scores...)."""
-    shard, pages = _selection(folder, offset, settings)
-    rows = finish_shard(shard, settings.selection)
-    local = rows["position"] - offset
-    return pa.table(
-        {
-            **{k: v for k, v in rows.items()},
-            "url_id": pages.url_id[local],
-            "host": pages.host[local],
-            "frequency": shard.candidates.frequency[local],
-        }
-    )
+def finish_task(token: str, folders: Sequence[Path]) -> list[pa.Table]:
+    """Worker task: each shard's chosen rows (global positions, reasons, scores...)."""
+    out = []
+    for folder in folders:
+        r = _held(token, folder)
+        shard = r.selection()
+        rows = finish_shard(shard, r.settings.selection)
+        local = rows["position"] - r.offset
+        url_id, host = _labels(folder)
+        out.append(
+            pa.table(
+                {
+                    **{k: v for k, v in rows.items()},
+                    "url_id": url_id[local],
+                    "host": host[local],
+                    "frequency": shard.candidates.frequency[local],
+                }
+            )
+        )
+    return out
 
 
 # --------------------------------------------------------------------------- the driver
 
 
+def assign_shards(pages: Sequence[int], workers: Sequence[str]) -> dict[str, list[int]]:
+    """Shards to workers, largest first to the least loaded (pages), each worker's in
+    shard order."""
+    if not workers:
+        raise PlanningInputError("no Dask workers to plan on")
+    load = dict.fromkeys(workers, 0)
+    out: dict[str, list[int]] = {w: [] for w in workers}
+    for k in sorted(range(len(pages)), key=lambda k: (-pages[k], k)):
+        w = min(workers, key=lambda w: (load[w], w))
+        out[w].append(k)
+        load[w] += pages[k]
+    return {w: sorted(ks) for w, ks in out.items() if ks}
+
+
 class DaskShards:
-    """:class:`models.allocation.shards.SelectionShards` over shard folders on Dask."""
+    """The shards held by Dask workers between rounds: the driver's view of them.
+
+    Every shard is pinned to one worker (:func:`assign_shards`), which reads it once
+    (:meth:`load`) and keeps it in memory, compact (:class:`Resident`), until
+    :meth:`release`. A round is one task per worker, over all of its shards, so a round's
+    overhead does not grow with the number of shards. Implements
+    :class:`models.allocation.shards.SelectionShards` and the allocation's spend oracle.
+    """
 
     def __init__(self, client: Client, shards: ShardSet, settings: PlanSettings) -> None:
         self.client = client
         self.folders = list(shards.folders)
         self.offsets = list(shards.offsets)
         self.settings = settings
+        self.token = uuid.uuid4().hex
+        workers = sorted(client.scheduler_info()["workers"])
+        self.assignment = assign_shards(list(shards.pages), workers)
         self.calls = 0
 
-    def _map(self, fn: Any, *iterables: Sequence[Any], **kwargs: Any) -> list[Any]:
+    def _call(self, fn: Any, *args: Any, per_shard: Sequence[Any] | None = None) -> list[Any]:
+        """One task per worker over its shards; the answers in shard order."""
         self.calls += 1
-        futures = self.client.map(fn, *iterables, pure=False, **kwargs)
-        return cast(list[Any], self.client.gather(futures))  # type: ignore[no-untyped-call]
+        futures = []
+        for worker, ks in self.assignment.items():
+            extra = ([per_shard[k] for k in ks],) if per_shard is not None else ()
+            futures.append(
+                self.client.submit(
+                    fn,
+                    self.token,
+                    [self.folders[k] for k in ks],
+                    *extra,
+                    *args,
+                    workers=[worker],
+                    allow_other_workers=False,
+                    pure=False,
+                )
+            )
+        answers = self.client.gather(futures)  # type: ignore[no-untyped-call]
+        out: list[Any] = [None] * len(self.folders)
+        for ks, answer in zip(self.assignment.values(), answers, strict=True):
+            for k, value in zip(ks, answer, strict=True):
+                out[k] = value
+        return out
 
-    def _each(self, fn: Any, *args: Any) -> list[Any]:
-        n = len(self.folders)
-        return self._map(fn, self.folders, *([a] * n for a in args))
+    def load(self) -> None:
+        self._call(load_task, self.settings, per_shard=self.offsets)
+
+    def held_bytes(self) -> dict[str, int]:
+        return cast(dict[str, int], self.client.run(held_bytes_task, self.token))
+
+    def release(self) -> None:
+        self.client.run(release_task, self.token)
+
+    def spend(self, mu: float, with_hosts: bool) -> list[ShardPoint]:
+        return self._call(spend_task, mu, with_hosts)
+
+    def allocate(self, root: BudgetRoot) -> list[float]:
+        return self._call(allocate_task, root)
 
     def knots(self, code: int, allowed: float) -> list[Band]:
-        n = len(self.folders)
-        return self._map(
-            rank_task, self.folders, self.offsets, [code] * n, [allowed] * n, [self.settings] * n
-        )
+        return self._call(knots_task, code, allowed)
 
     def cost_upto(self, code: int, keys: Band) -> list[NDArray[Any]]:
-        return self._each(cost_upto_task, keys)
+        return self._call(cost_upto_task, keys)
 
     def band(self, code: int, after: Band, upto: Band) -> list[Band]:
-        return self._each(band_task, after, upto)
+        return self._call(band_task, after, upto)
 
     def cheap_after(self, code: int, last: Band, left: float) -> list[Band]:
-        return self._each(cheap_after_task, last, left)
+        return self._call(cheap_after_task, last, left)
 
     def apply(self, cut: Cut) -> list[float]:
-        return self._each(apply_task, cut)
+        return self._call(apply_task, cut)
+
+    def finish(self) -> list[pa.Table]:
+        return self._call(finish_task)
 
 
 @dataclass(frozen=True)
@@ -400,6 +544,7 @@ class ShardedPlan:
     pages: int
     seconds: dict[str, float]
     shard_calls: int
+    held_bytes: dict[str, int]
 
 
 def plan_sharded(
@@ -413,54 +558,46 @@ def plan_sharded(
     The plan has the columns of ``plan_cycle``'s (``url_id, host, reason, score,
     expected_gain, p_changed, cost, frequency``), ordered by reason then score.
     """
-    n = len(shards.folders)
     seconds: dict[str, float] = {}
-    calls = 0
-    t0 = time.perf_counter()
-
-    for folder in shards.folders:  # no warmth from an earlier plan
-        _warm_path(folder).unlink(missing_ok=True)
-
-    def oracle(mu: float, with_hosts: bool) -> list[ShardPoint]:
-        nonlocal calls
-        calls += 1
-        started = time.perf_counter()
-        futures = client.map(
-            shard_spend_task,
-            shards.folders,
-            [mu] * n,
-            [with_hosts] * n,
-            [settings] * n,
-            pure=False,
-        )
-        points = cast(list[ShardPoint], client.gather(futures))  # type: ignore[no-untyped-call]
-        log.info(
-            "round %d: multiplier %.17g (capacities %s) spends %.6e of %.6e (%.1f s)",
-            calls,
-            mu,
-            "solved" if with_hosts else "ignored",
-            math.fsum(p.spend for p in points),
-            settings.allocation_budget,
-            time.perf_counter() - started,
-        )
-        return points
-
-    root = solve_multiplier(oracle, settings.allocation_budget)
-    seconds["multiplier"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    client.gather(  # type: ignore[no-untyped-call]
-        client.map(shard_allocate_task, shards.folders, [root] * n, [settings] * n, pure=False)
-    )
-    seconds["frequencies"] = time.perf_counter() - t1
-    t2 = time.perf_counter()
     view = DaskShards(client, shards, settings)
-    run_takes(view, settings.selection)
-    log.info("selection: %d rounds of shard tasks", view.calls)
-    seconds["selection"] = time.perf_counter() - t2
-    t3 = time.perf_counter()
-    parts = client.gather(  # type: ignore[no-untyped-call]
-        client.map(finish_task, shards.folders, list(shards.offsets), [settings] * n, pure=False)
-    )
+    t0 = time.perf_counter()
+    try:
+        view.load()
+        seconds["load"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        rounds = 0
+
+        def oracle(mu: float, with_hosts: bool) -> list[ShardPoint]:
+            nonlocal rounds
+            rounds += 1
+            started = time.perf_counter()
+            points = view.spend(mu, with_hosts)
+            log.info(
+                "round %d: multiplier %.17g (capacities %s) spends %.6e of %.6e (%.1f s)",
+                rounds,
+                mu,
+                "solved" if with_hosts else "ignored",
+                math.fsum(p.spend for p in points),
+                settings.allocation_budget,
+                time.perf_counter() - started,
+            )
+            return points
+
+        root = solve_multiplier(oracle, settings.allocation_budget)
+        seconds["multiplier"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        view.allocate(root)
+        seconds["frequencies"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        before = view.calls
+        run_takes(view, settings.selection)
+        log.info("selection: %d rounds of shard tasks", view.calls - before)
+        seconds["selection"] = time.perf_counter() - t2
+        held = view.held_bytes()
+        t3 = time.perf_counter()
+        parts = view.finish()
+    finally:
+        view.release()
     table = pa.concat_tables(parts)
     order = np.lexsort((-table["score"].to_numpy(), table["reason"].to_numpy()))
     frame = table.take(pa.array(order)).to_pandas()
@@ -484,10 +621,11 @@ def plan_sharded(
         len(plan),
         float(plan["cost"].sum()),
         root,
-        n,
+        len(shards.folders),
         shards.size,
         seconds,
-        calls + view.calls + 2,
+        view.calls,
+        held,
     )
 
 
