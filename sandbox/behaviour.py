@@ -34,6 +34,14 @@ the real web, so a test can switch on exactly the one it is about:
   it). Both script modes build the same markup the server would have sent, so an extractor
   sees the same record in the rendered page as on a ``"server"`` host, and nothing without
   JavaScript.
+- ``listing_size``: a shop-like host. Category pages ``/c/<k>`` list ``listing_size`` items each
+  (items ``k * listing_size`` to ``(k + 1) * listing_size - 1``) with a per-item summary (name,
+  price, availability, link to the item page) taken from the item's record, so a summary
+  changes exactly when the item's record does (a real change always moves the price); a
+  listing changes when any of its items does, and its validators say so. 0: no listings.
+- ``json_link``: item pages declare their JSON endpoint in the head
+  (``<link rel="alternate" type="application/json" href="/api/item/<j>.json">``), whose fields
+  are the page's record (the endpoint is served either way).
 """
 
 from __future__ import annotations
@@ -85,6 +93,8 @@ class HostBehaviour:
     cross_host_links: bool = True  # pages occasionally link to other hosts
     rendering: Rendering = "server"  # where a page's fields are built: server or script
     feed_entries: int = 20  # /feed.xml lists this many most recently changed pages (0: none)
+    listing_size: int = 0  # items per category page /c/<k> (0: the host has no listings)
+    json_link: bool = False  # item pages declare /api/item/<j>.json in their head
 
     def __post_init__(self) -> None:
         _check_choice("validators", self.validators, _VALIDATORS)
@@ -117,6 +127,8 @@ class HostBehaviour:
             raise ValueError(
                 f"sitemap_max_urls must be within [1, 50000], got {self.sitemap_max_urls}"
             )
+        if self.listing_size < 0:
+            raise ValueError(f"listing_size must be >= 0, got {self.listing_size}")
         if self.feed_entries < 0:
             raise ValueError(f"feed_entries must be >= 0, got {self.feed_entries}")
         if not self.rate_scale > 0:

@@ -85,7 +85,11 @@ def page_record(key: int, version: int) -> PageRecord:
     list_price = round(base.lognormvariate(3.5, 1.0), 2)
     rng = random.Random((key << 24) ^ version ^ 0x3C3C)
     edition = f" ({rng.choice(_ADJECTIVES)} edition)" if rng.random() < 0.3 else ""
-    price = round(max(0.5, list_price * rng.uniform(0.7, 1.3)), 2)
+    cents = round(max(0.5, list_price * rng.uniform(0.7, 1.3)) * 100)
+    # The cents' parity is the version's: every real change moves the price, so a listing's
+    # per-item summary (name, price, availability) changes exactly when the record does.
+    cents += (cents - version) % 2
+    price = cents / 100
     availability = rng.choices(AVAILABILITY, weights=_AVAILABILITY_WEIGHTS)[0]
     paragraphs = [
         " ".join(rng.choices(_WORDS, k=rng.randint(25, 45))).capitalize() + "."
@@ -137,13 +141,27 @@ def article_html(key: int, version: int, page: int, links: tuple[Link, ...]) -> 
 
 
 def render_page(
-    key: int, version: int, page: int, links: tuple[Link, ...], noise: Noise, padding: str = ""
+    key: int,
+    version: int,
+    page: int,
+    links: tuple[Link, ...],
+    noise: Noise,
+    padding: str = "",
+    json_link: bool = False,
 ) -> bytes:
-    """The HTML of a page at ``version`` with this response's noise (and optional bulk)."""
+    """The HTML of a page at ``version`` with this response's noise (and optional bulk).
+
+    ``json_link``: the head declares the page's JSON endpoint (``/api/item/<page>.json``).
+    """
     title, article = article_html(key, version, page, links)
+    alternate = (
+        f'<link rel="alternate" type="application/json" href="/api/item/{page}.json">\n'
+        if json_link
+        else ""
+    )
     return (
         f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{title}</title>\n"
+        f"<title>{title}</title>\n{alternate}"
         f'<meta name="csrf-token" content="{noise.csrf}">\n</head>\n<body>\n'
         f'<header class="site">Sandbox shop · served {noise.served_at} · '
         f'session <span class="session">{noise.session}</span></header>\n<main>\n'
@@ -268,9 +286,42 @@ def render_challenge(noise: Noise) -> bytes:
     ).encode()
 
 
-def render_home(base: str, first_pages: list[int]) -> bytes:
-    """A host's home page: links to its first pages, its sitemap and (in the head) its feed."""
+@lru_cache(maxsize=32_768)
+def listing_item_html(key: int, version: int, page: int) -> str:
+    """One item of a category page: its summary (name, price, availability) and link."""
+    rec = page_record(key, version)
+    return (
+        f'<li class="item" data-item="{page}"><a class="item-link" href="/p/{page}">'
+        f'<span class="name">{escape(rec.title)}</span></a> '
+        f'<span class="price" data-price="{rec.price:.2f}">{rec.price:.2f} EUR</span> '
+        f'<span class="availability">{rec.availability}</span></li>\n'
+    )
+
+
+def render_listing(category: int, items: list[str], pages: int, noise: Noise) -> bytes:
+    """A category page: one summary per item (``listing_item_html``), a pager, noise."""
+    pager = "".join(
+        f'<a class="page" href="/c/{k}">{k + 1}</a> ' for k in range(pages) if k != category
+    )
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Category {category + 1} · Sandbox shop</title>\n"
+        f'<meta name="csrf-token" content="{noise.csrf}">\n</head>\n<body>\n'
+        f'<header class="site">Sandbox shop · served {noise.served_at} · '
+        f'session <span class="session">{noise.session}</span></header>\n<main>\n'
+        f'<h1>Category {category + 1}</h1>\n<ul class="listing" data-category="{category}">\n'
+        f"{''.join(items)}</ul>\n"
+        f'<nav class="pager">{pager}</nav>\n'
+        f'<aside class="ad" data-slot="{noise.ad_slot}">Sponsored: offer #{noise.ad_slot}'
+        f"</aside>\n</main>\n</body></html>\n"
+    ).encode()
+
+
+def render_home(base: str, first_pages: list[int], categories: int = 0) -> bytes:
+    """A host's home page: links to its first pages, its category pages (if any), its
+    sitemap and (in the head) its feed."""
     items = "".join(f'<li><a href="/p/{j}">Item {j}</a></li>\n' for j in first_pages)
+    items += "".join(f'<li><a href="/c/{k}">Category {k + 1}</a></li>\n' for k in range(categories))
     return (
         "<!doctype html>\n<html><head><title>Sandbox shop</title>"
         '<link rel="alternate" type="application/atom+xml" title="Changes" href="/feed.xml">'

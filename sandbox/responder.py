@@ -26,10 +26,12 @@ from sandbox.content import (
     Noise,
     article_html,
     huge_padding,
+    listing_item_html,
     render_atom_feed,
     render_challenge,
     render_home,
     render_item_json,
+    render_listing,
     render_page,
     render_robots,
     render_script_page,
@@ -119,7 +121,12 @@ class Responder:
             return self._sitemap(i, behaviour, path[10:-7])
         if path == "/":
             first = list(range(min(20, self.web.page_counts[i])))
-            return self._ok(behaviour, _HTML, render_home(self.base_url(i), first))
+            home = render_home(self.base_url(i), first, self.web.listing_count(i))
+            return self._ok(behaviour, _HTML, home)
+        if path.startswith("/c/") and behaviour.listing_size > 0:
+            k = _number(path[3:])
+            if k is not None and k < self.web.listing_count(i):
+                return self._listing(i, k, behaviour, request)
         if path.startswith("/private/"):
             return self._ok(behaviour, _HTML, b"<html><body>private area</body></html>\n")
         if path.startswith("/loop/") and path[6:].isdigit():
@@ -208,7 +215,7 @@ class Responder:
             headers.append(_HTML)
         elif kind == "html":
             padding = huge_padding(key, b.huge_bytes) if self.web.traits(i, j).huge else ""
-            body = render_page(key, version, j, self._page_links(i, j), noise, padding)
+            body = render_page(key, version, j, self._page_links(i, j), noise, padding, b.json_link)
             headers.append(_HTML)
         else:
             body = render_item_json(key, version, j, noise)
@@ -221,6 +228,35 @@ class Responder:
             headers.append(("Content-Encoding", "gzip"))
             headers.append(("Vary", "Accept-Encoding"))
         return Reply(200, headers, body, delay=delay)
+
+    def _listing(self, i: int, k: int, b: HostBehaviour, request: Request) -> Reply:
+        """Category page ``k``: its items' summaries; validators of their versions together."""
+        now_ts = self.web.clock.timestamp()
+        items = self.web.listing_items(i, k)
+        finals = [self.web.final_page(i, j) for j in items]
+        keys = [self.web.traits(i, f).key for f in finals]
+        versions = [self.web.page_version(i, f, now_ts) for f in finals]
+        headers = [_SERVER, ("Date", formatdate(now_ts, usegmt=True))]
+        validators: list[tuple[str, str]] = []
+        if b.validators in ("honest", "ignored"):
+            state = hashlib.blake2b(repr((k, versions)).encode(), digest_size=8).hexdigest()
+            last = max(self.web.page_last_change(i, f, now_ts) for f in finals)
+            validators = [("ETag", f'"{state}"'), ("Last-Modified", formatdate(last, usegmt=True))]
+        headers.extend(validators)
+        if b.validators == "honest" and _not_modified(request, validators):
+            return Reply(304, headers, delay=self._latency(b))
+        summaries = [
+            listing_item_html(key, version, j)
+            for key, version, j in zip(keys, versions, items, strict=True)
+        ]
+        body = render_listing(k, summaries, self.web.listing_count(i), self._noise(self.states[i]))
+        headers.append(_HTML)
+        headers.append(("Cache-Control", "private, max-age=0"))
+        if b.gzip and "gzip" in request.headers.get("accept-encoding", ""):
+            body = _gzip(body)
+            headers.append(("Content-Encoding", "gzip"))
+            headers.append(("Vary", "Accept-Encoding"))
+        return Reply(200, headers, body, delay=self._latency(b))
 
     def _validators(
         self, b: HostBehaviour, i: int, j: int, key: int, version: int, kind: str, now_ts: float
@@ -330,6 +366,12 @@ class Responder:
         if target.kind == "private":
             return Link(f"/private/{target.page}", "Members area")
         return Link(f"{self.base_url(target.host)}/p/{target.page}", f"Item {target.page}")
+
+
+def _number(text: str) -> int | None:
+    if not text.isdigit() or (len(text) > 1 and text[0] == "0"):
+        return None
+    return int(text)
 
 
 def _etag(key: int, version: int, kind: str) -> str:

@@ -380,6 +380,11 @@ class RunningSandbox:
         hosts = range(self.web.n_hosts) if i is None else [i]
         return [self.base_url(h) + path for h in hosts for path in self.web.page_paths(h)]
 
+    def listing_urls(self, i: int | None = None) -> list[str]:
+        """Every category page URL of host ``i``, or of all hosts (none without listings)."""
+        hosts = range(self.web.n_hosts) if i is None else [i]
+        return [self.base_url(h) + path for h in hosts for path in self.web.listing_paths(h)]
+
 
 @contextmanager
 def serve_sandbox(

@@ -160,6 +160,21 @@ class SandboxWeb:
     def page_paths(self, i: int) -> list[str]:
         return [f"/p/{j}" for j in range(self.page_counts[i])]
 
+    def listing_count(self, i: int) -> int:
+        """How many category pages ``/c/<k>`` host ``i`` serves (0 without listings)."""
+        size = self.behaviours[i].listing_size
+        return 0 if size == 0 else -(-self.page_counts[i] // size)
+
+    def listing_items(self, i: int, k: int) -> range:
+        """The item pages category page ``k`` of host ``i`` lists, in order."""
+        size = self.behaviours[i].listing_size
+        if not 0 <= k < self.listing_count(i):
+            raise ValueError(f"host {i} has no category page {k}")
+        return range(k * size, min(self.page_counts[i], (k + 1) * size))
+
+    def listing_paths(self, i: int) -> list[str]:
+        return [f"/c/{k}" for k in range(self.listing_count(i))]
+
     def locate(self, url: str) -> tuple[int, int]:
         """``(host, page)`` of a page URL (``/p/<j>`` or ``/api/item/<j>.json``)."""
         parts = urlsplit(url)
