@@ -24,6 +24,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
@@ -48,6 +49,7 @@ _BOMS: tuple[tuple[bytes, str], ...] = (
 # WHATWG Encoding: these labels mean windows-1252 on the web.
 _LABEL_ALIASES = {"iso-8859-1": "cp1252", "latin1": "cp1252", "latin-1": "cp1252"}
 _LABEL_ALIASES |= {"ascii": "cp1252", "us-ascii": "cp1252", "iso8859-1": "cp1252"}
+_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")
 _TEXT_TYPES = ("text/", "application/xml", "application/javascript", "application/x-ndjson")
 
 
@@ -98,6 +100,35 @@ def extract(
     if isinstance(rule, JsonRule):
         return _from_json(body, content_type, rule, content_hash)
     return _from_html(body, content_type, url, rule, rules.default, content_hash)
+
+
+def same_record(record: Record) -> Record:
+    """``record`` with its field values in the form both of a page's representations share.
+
+    A page and its JSON endpoint carry the same fields written differently: a price is
+    ``"12.30"`` in an attribute and ``12.3`` in JSON, a description's paragraphs are
+    elements in one and ``"\\n\\n"``-separated in the other. Here every value has its
+    whitespace collapsed and a decimal number is written in its shortest form, and the hash
+    is taken again, so a ``CssRule`` over the page and a ``JsonRule`` over the endpoint with
+    the same field names give the same ``record_hash`` (``models.discovery.endpoints``).
+    """
+    fields = {name: _same_value(value) for name, value in record.fields.items()}
+    return _record(
+        fields,
+        record.text,
+        record.content_hash,
+        record.kind,
+        record.canonical,
+        record.missing,
+    )
+
+
+def _same_value(value: str) -> str:
+    text = collapse_spaces(value)
+    if _DECIMAL.fullmatch(text):
+        number = Decimal(text)
+        return format(number.normalize(), "f") if number else "0"
+    return text
 
 
 def decode_body(body: bytes, content_type: str, *, html: bool = True) -> str:
