@@ -446,3 +446,84 @@ def test_httpx_exchanges_with_the_sandbox_read_back_as_received(tmp_path):
         ]
         assert http.headers[: len(renamed)] == renamed
     assert b"SECRET" not in gzip.decompress((tmp_path / locs[0].file).read_bytes())
+
+
+# Fields warcio's writer sets itself; every other WARC field is passed to it as given.
+_WARCIO_SETS = ("WARC-Type", "WARC-Record-ID", "WARC-Target-URI", "WARC-Block-Digest")
+_WARCIO_SETS += ("Content-Type", "Content-Length")
+
+
+def _warcio_rebuilt(record, body: bytes) -> bytes:
+    """The record as warcio's own writer serializes it from the same fields and blocks."""
+    import io
+
+    from warcio.warcwriter import WARCWriter
+
+    buffer = io.BytesIO()
+    builder = WARCWriter(buffer, gzip=False, warc_version="1.1")
+    headers = record.rec_headers
+    given = {n: v for n, v in headers.headers if n not in _WARCIO_SETS}
+    if record.rec_type == "warcinfo":
+        rebuilt = builder.create_warc_record(
+            "", "warcinfo", payload=io.BytesIO(body), length=len(body), warc_headers_dict={}
+        )
+        rebuilt.rec_headers.headers = [
+            ("WARC-Type", "warcinfo"),
+            ("WARC-Record-ID", headers.get_header("WARC-Record-ID")),
+            *given.items(),
+        ]
+        rebuilt.content_type = "application/warc-fields"
+    else:
+        rebuilt = builder.create_warc_record(
+            headers.get_header("WARC-Target-URI"),
+            record.rec_type,
+            payload=io.BytesIO(body) if record.rec_type == "response" else None,
+            length=len(body) if record.rec_type == "response" else None,
+            http_headers=record.http_headers,
+            warc_headers_dict=given,
+        )
+        rebuilt.rec_headers.replace_header("WARC-Record-ID", headers.get_header("WARC-Record-ID"))
+    builder.write_record(rebuilt)
+    return buffer.getvalue()
+
+
+def test_records_are_byte_for_byte_what_warcio_writes_from_the_same_fields(tmp_path):
+    """The writer serializes records itself: each must be the bytes warcio's writer makes of
+    the same fields, HTTP headers and payload (so every WARC tool reads them as before)."""
+    exchanges = [
+        *EXCHANGES,
+        ("http://a.test/p/1", 304, [("ETag", '"v1"')], b""),  # server-not-modified revisit
+        EXCHANGES[0],  # identical-payload revisit
+        ("http://a.test/q?x=1&y=%C3%A9", 200, [("X-Name", "caf\xe9")], b"latin-1 header"),
+    ]
+    _write_all(tmp_path, exchanges)
+    (path,) = (tmp_path / "warc" / "cycle=7").glob("*.warc.gz")
+    data = path.read_bytes()
+    members = []
+    while data:
+        decompressor = zlib.decompressobj(31)
+        members.append(decompressor.decompress(data))
+        data = decompressor.unused_data
+    with open(path, "rb") as handle:
+        records = [(r, r.raw_stream.read()) for r in ArchiveIterator(handle)]
+    assert [r.rec_type for r, _ in records][:3] == ["warcinfo", "response", "request"]
+    kinds = sorted({r.rec_type for r, _ in records})
+    assert kinds == ["request", "response", "revisit", "warcinfo"]
+    assert len(members) == len(records) == 1 + 2 * len(exchanges)
+    for member, (record, body) in zip(members, records, strict=True):
+        assert member == _warcio_rebuilt(record, body), record.rec_headers
+
+
+def test_sha1_labels_are_base32_as_rfc_4648_writes_them():
+    import base64
+    import hashlib
+
+    from tasks.archive.warc import sha1_label
+
+    for n in range(300):
+        digest = hashlib.sha1(bytes(range(n % 256)) * (n // 7 + 1)).digest()
+        assert sha1_label(digest) == "sha1:" + base64.b32encode(digest).decode("ascii")
+    assert sha1_label(b"\x00" * 20) == "sha1:" + "A" * 32
+    assert sha1_label(b"\xff" * 20) == "sha1:" + "7" * 32
+    with pytest.raises(ValueError, match="20 bytes"):
+        sha1_label(b"\x00" * 19)
