@@ -11,7 +11,9 @@ in the batch's Parquet) and it reads the record's WARC headers only when a page 
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -172,24 +174,24 @@ def payload_ref(root: str | Path, file: str, offset: int) -> PayloadRef:
 def capture_ref(root: str | Path, file: str, offset: int) -> PayloadRef:
     """``payload_ref`` from the WARC headers alone (no body read, no digest check): what a
     page's next identical capture refers to. A revisit is followed to its original once."""
-    rec_type, headers = _headers_at(root, file, offset)
-    if rec_type == "revisit":
-        location = headers.get_header(REFERS_TO_LOCATION)
+    headers = _headers_at(root, file, offset)
+    if headers["warc-type"] == "revisit":
+        location = headers.get(REFERS_TO_LOCATION.lower())
         if not location or "#" not in location:
             raise WarcError(f"revisit at {file}#{offset} names no stored payload")
         ref_file, _, ref_offset = location.rpartition("#")
         file, offset = ref_file, int(ref_offset)
-        rec_type, headers = _headers_at(root, file, offset)
-    if rec_type != "response":
-        raise WarcError(f"record at {file}#{offset} is a {rec_type}, not a response")
-    digest = headers.get_header("WARC-Payload-Digest")
+        headers = _headers_at(root, file, offset)
+    if headers["warc-type"] != "response":
+        raise WarcError(f"record at {file}#{offset} is a {headers['warc-type']}, not a response")
+    digest = headers.get("warc-payload-digest")
     if not digest:
         raise WarcError(f"response at {file}#{offset} has no payload digest")
     return PayloadRef(
-        str(digest),
-        str(headers.get_header("WARC-Target-URI")),
-        str(headers.get_header("WARC-Date")),
-        str(headers.get_header("WARC-Record-ID")),
+        digest,
+        str(headers.get("warc-target-uri")),
+        str(headers.get("warc-date")),
+        str(headers.get("warc-record-id")),
         f"{file}#{offset}",
     )
 
@@ -234,45 +236,56 @@ _HEADER_CHUNK = 4096
 _HEADER_LIMIT = 1 << 20  # WARC headers longer than this: not a record of ours
 
 
-def _headers_at(root: str | Path, file: str, offset: int) -> tuple[str, StatusAndHeaders]:
-    """The WARC-Type and WARC headers of the record at ``offset``, from the first bytes of
-    its gzip member only (the body is never decompressed: a capture's headers are what a
-    later revisit refers to). Raises ``WarcError`` for anything that is not a WARC record."""
-    path = _checked_path(root, file)
+def _headers_at(root: str | Path, file: str, offset: int) -> dict[str, str]:
+    """The WARC headers (lower-case names; ``warc-type`` always there) of the record at
+    ``offset``, from the first bytes of its gzip member only (the body is never
+    decompressed: a capture's headers are what a later revisit refers to). Raises
+    ``WarcError`` for anything that is not a WARC record. One ``pread`` of a few KB, no
+    buffered file object: the cycle reads one capture per re-fetched page."""
+    path = _checked_path_cached(str(root), file)
     if offset < 0:
         raise WarcError(f"negative WARC offset {offset} for {file}")
     decompressor = zlib.decompressobj(31)
     text = b""
     try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            pending = b""
-            while (end := text.find(b"\r\n\r\n")) < 0:
-                if not pending:
-                    pending = handle.read(_HEADER_CHUNK)
-                if not pending or decompressor.eof or len(text) > _HEADER_LIMIT:
-                    raise WarcError(f"no WARC record at {file}#{offset}")
-                # a little output at a time: the body behind the headers stays compressed
-                text += decompressor.decompress(pending, _HEADER_CHUNK)
-                pending = decompressor.unconsumed_tail
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         raise WarcError(f"WARC file {file} does not exist under {root}") from None
+    except OSError as exc:
+        raise WarcError(f"cannot read a WARC record at {file}#{offset}: {exc}") from None
+    try:
+        at = offset
+        pending = b""
+        while (end := text.find(b"\r\n\r\n")) < 0:
+            if not pending:
+                pending = os.pread(fd, _HEADER_CHUNK, at)
+                at += len(pending)
+            if not pending or decompressor.eof or len(text) > _HEADER_LIMIT:
+                raise WarcError(f"no WARC record at {file}#{offset}")
+            # a little output at a time: the body behind the headers stays compressed
+            text += decompressor.decompress(pending, _HEADER_CHUNK)
+            pending = decompressor.unconsumed_tail
     except (OSError, zlib.error) as exc:
         raise WarcError(f"cannot read a WARC record at {file}#{offset}: {exc}") from None
+    finally:
+        os.close(fd)
     lines = text[:end].decode("utf-8", "replace").split("\r\n")
     if not lines[0].startswith("WARC/"):
         raise WarcError(f"no WARC record at {file}#{offset} (starts {lines[0][:20]!r})")
-    headers = []
+    headers: dict[str, str] = {}
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         if not sep:
             raise WarcError(f"malformed WARC header at {file}#{offset}: {line[:60]!r}")
-        headers.append((name.strip(), value.strip()))
-    parsed = StatusAndHeaders(lines[0], headers, protocol=lines[0])
-    rec_type = parsed.get_header("WARC-Type")
-    if not rec_type:
+        headers.setdefault(name.strip().lower(), value.strip())  # the first of a repeated one
+    if not headers.get("warc-type"):
         raise WarcError(f"WARC record at {file}#{offset} has no WARC-Type")
-    return str(rec_type), parsed
+    return headers
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_path_cached(root: str, file: str) -> str:
+    return str(_checked_path(root, file))
 
 
 def _checked_path(root: str | Path, file: str) -> Path:
