@@ -234,21 +234,26 @@ class PageMoments:
     def to_stats(self) -> IntervalStats:
         """Node-form statistics: one or two quadrature nodes per page that changed."""
         n_chg = self.n_changed
-        t1, w1, t2, w2 = two_point_quadrature(
-            n_chg.astype(np.float64), self.changed_sum, self.changed_sum_sq, self.changed_sum_cube
-        )
-        # Nodes page by page, first then second (sorted by page, as the solver wants).
+        # Nodes page by page, first then second (sorted by page, as the solver wants); the
+        # quadrature only for pages that changed (most pages of a large web did not)
         first = np.flatnonzero(n_chg > 0)
-        second = first[w2[first] > 0]
-        slot_first = np.arange(first.shape[0]) + np.searchsorted(second, first)
-        slot_second = np.searchsorted(first, second) + np.arange(second.shape[0]) + 1
+        t1, w1, t2, w2 = two_point_quadrature(
+            n_chg[first].astype(np.float64),
+            self.changed_sum[first],
+            self.changed_sum_sq[first],
+            self.changed_sum_cube[first],
+        )
+        has_second = w2 > 0
+        second = first[has_second]
+        slot_first = np.arange(first.shape[0]) + np.cumsum(has_second) - has_second
+        slot_second = slot_first[has_second] + 1
         total = first.shape[0] + second.shape[0]
         node_page = np.empty(total, dtype=np.int64)
         node_days = np.empty(total)
         node_weight = np.empty(total)
         node_page[slot_first], node_page[slot_second] = first, second
-        node_days[slot_first], node_days[slot_second] = t1[first], t2[second]
-        node_weight[slot_first], node_weight[slot_second] = w1[first], w2[second]
+        node_days[slot_first], node_days[slot_second] = t1, t2[has_second]
+        node_weight[slot_first], node_weight[slot_second] = w1, w2[has_second]
         return IntervalStats(
             page_ids=self.page_ids,
             n_intervals=self.n_intervals,
