@@ -154,9 +154,11 @@ def gamma_log_marginal(
     pair = shape + 1j * rate
     distinct, which = np.unique(pair, return_inverse=True)
     which = which.reshape(-1)
-    exponent = distinct.real[:, None] * grid - distinct.imag[:, None] * rates
-    offset = exponent.max(axis=1)
-    factors = np.exp(exponent - offset[:, None])
+    factors = np.multiply.outer(distinct.real, grid)
+    factors -= np.multiply.outer(distinct.imag, rates)
+    offset = factors.max(axis=1)
+    factors -= offset[:, None]
+    np.exp(factors, out=factors)
     for lo in range(0, n, _BLOCK):
         hi = min(lo + _BLOCK, n)
         rows = which[lo:hi]
