@@ -57,9 +57,9 @@ def simhash(text: str, *, width: int = SHINGLE_WIDTH) -> int:
     little = shingles.astype("<u8", copy=False)
     bits = np.unpackbits(little.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
     ones = bits.sum(axis=0, dtype=np.int64)
-    set_bits = np.flatnonzero(2 * ones > shingles.size)
-    value = sum(1 << int(b) for b in set_bits)
-    return value - (1 << 64) if value >= 1 << 63 else value
+    # bit b of the fingerprint is set where most shingles have it: packed little-endian
+    packed = np.packbits(2 * ones > shingles.size, bitorder="little")
+    return int(packed.view("<i8")[0])
 
 
 def simhashes(texts: Iterable[str], *, width: int = SHINGLE_WIDTH) -> Int64Array:
@@ -74,14 +74,15 @@ def shingle_hashes(text: str, *, width: int = SHINGLE_WIDTH) -> UInt64Array:
     words = _WORD.findall(text.lower())
     if not words:
         return np.empty(0, dtype=np.uint64)
-    table = {w: _word_hash(w) for w in dict.fromkeys(words)}
-    hashes = np.fromiter(map(table.__getitem__, words), dtype=np.uint64, count=len(words))
+    # the cache holds a site's vocabulary: one C-level lookup per word
+    hashes = np.fromiter(map(_word_hash, words), dtype=np.uint64, count=len(words))
     n = max(len(words) - width + 1, 1)
     span = min(width, len(words))
-    acc = np.full(n, _GOLDEN, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for j in range(span):
-            acc = (acc ^ _rotl(hashes[j : j + n], 17 * j)) * _MIX1
+        acc = (hashes[:n] ^ _GOLDEN) * _MIX1  # a new array: ``hashes`` is read below
+        for j in range(1, span):
+            acc ^= _rotl(hashes[j : j + n], 17 * j)
+            acc *= _MIX1
     return _mix(acc)
 
 
@@ -99,11 +100,14 @@ def _rotl(x: UInt64Array, r: int) -> UInt64Array:
 
 
 def _mix(x: UInt64Array) -> UInt64Array:
-    """splitmix64's finalizer: every input bit flips about half the output bits."""
+    """splitmix64's finalizer: every input bit flips about half the output bits (in place)."""
     with np.errstate(over="ignore"):
-        x = (x ^ (x >> _U64(30))) * _MIX1
-        x = (x ^ (x >> _U64(27))) * _MIX2
-        return x ^ (x >> _U64(31))
+        x ^= x >> _U64(30)
+        x *= _MIX1
+        x ^= x >> _U64(27)
+        x *= _MIX2
+        x ^= x >> _U64(31)
+        return x
 
 
 def hamming(a: int, b: int) -> int:
