@@ -77,11 +77,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PAGE_COLUMNS = ("url_id", "host", "rate", "log_std", "value", "cost", "days_since_visit")
-_SPLIT = """
-SELECT url_id, host, rate, log_std, value, cost, days_since_visit, capacity::DOUBLE AS capacity,
-       (hash(host) % $shards)::BIGINT AS shard
-FROM pages
-"""
+#: a page's shard: every page of a host in the same one, for any table with a host column
+#: (the planner's pages, the estimator's statistics: shard k of one is shard k of the other)
+HOST_SHARD = "(hash(host) % {shards})::BIGINT"
 
 
 @dataclass(frozen=True)
@@ -127,19 +125,45 @@ def write_shards(
     """Split the pages of ``source`` (Parquet files, a glob allowed) into ``shards`` host
     shards under ``directory`` (``shard=<k>/*.parquet``), with DuckDB's ``PARTITION_BY``
     on a hash of the host; DuckDB spills to ``directory`` past ``memory_limit``."""
+    columns = ", ".join([*PAGE_COLUMNS, "capacity::DOUBLE AS capacity"])
+    return partition_by_host(
+        source,
+        directory,
+        shards,
+        columns,
+        required=PAGE_COLUMNS,
+        what="the pages to plan",
+        defaults={"capacity": "NULL::DOUBLE"},  # the settings' capacity applies (read_shard)
+        memory_limit=memory_limit,
+    )
+
+
+def partition_by_host(
+    source: str | Path,
+    directory: str | Path,
+    shards: int,
+    columns: str,
+    *,
+    required: Sequence[str],
+    what: str,
+    defaults: dict[str, str] | None = None,
+    memory_limit: str = "1GB",
+) -> ShardSet:
+    """``source``'s rows (``columns``, SQL) split by :data:`HOST_SHARD` into
+    ``directory/shard=<k>/``; ``defaults`` fill columns the source lacks (SQL values)."""
     if shards < 1:
         raise PlanningInputError(f"need at least one shard, got {shards}")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     con = connect({"memory_limit": memory_limit, "temp_directory": str(out / ".spill")})
-    pages = con.read_parquet(str(source))
-    missing = [c for c in PAGE_COLUMNS if c not in pages.columns]
+    rows = con.read_parquet(str(source))
+    missing = [c for c in required if c not in rows.columns]
     if missing:
-        raise PlanningInputError(f"the pages to plan lack the columns {', '.join(missing)}")
-    if "capacity" not in pages.columns:  # the settings' capacity applies (read_shard)
-        pages = pages.project("*, NULL::DOUBLE AS capacity")
-    con.register("pages", pages)
-    split = con.sql(_SPLIT, params={"shards": int(shards)})
+        raise PlanningInputError(f"{what} lack the columns {', '.join(missing)}")
+    for name, value in (defaults or {}).items():
+        if name not in rows.columns:
+            rows = rows.project(f"*, {value} AS {name}")
+    split = rows.project(f"{columns}, {HOST_SHARD.format(shards=int(shards))} AS shard")
     split.write_parquet(str(out), partition_by=["shard"], overwrite=True)
     written = con.read_parquet(str(out / "shard=*" / "*.parquet"), hive_partitioning=True)
     counts = written.aggregate("shard, count(*) AS n", "shard").order("shard").fetchall()
@@ -453,28 +477,25 @@ def assign_shards(pages: Sequence[int], workers: Sequence[str]) -> dict[str, lis
     return {w: sorted(ks) for w, ks in out.items() if ks}
 
 
-class DaskShards:
-    """The shards held by Dask workers between rounds: the driver's view of them.
+class PinnedShards:
+    """Shard folders pinned to Dask workers, each worker holding its shards between
+    rounds (under :attr:`token`, in its process: see :class:`Resident`).
 
-    Every shard is pinned to one worker (:func:`assign_shards`), which reads it once
-    (:meth:`load`) and keeps it in memory, compact (:class:`Resident`), until
-    :meth:`release`. A round is one task per worker, over all of its shards, so a round's
-    overhead does not grow with the number of shards. Implements
-    :class:`models.allocation.shards.SelectionShards` and the allocation's spend oracle.
+    Every shard goes to one worker (:func:`assign_shards`); a round is one task per worker
+    over all of its shards (:meth:`call`), so its overhead does not grow with the number
+    of shards, and the answers come back in shard order.
     """
 
-    def __init__(self, client: Client, shards: ShardSet, settings: PlanSettings) -> None:
+    def __init__(self, client: Client, folders: Sequence[Path], pages: Sequence[int]) -> None:
         self.client = client
-        self.folders = list(shards.folders)
-        self.offsets = list(shards.offsets)
-        self.settings = settings
+        self.folders = list(folders)
         self.token = uuid.uuid4().hex
         workers = sorted(client.scheduler_info()["workers"])
-        self.assignment = assign_shards(list(shards.pages), workers)
+        self.assignment = assign_shards(list(pages), workers)
         self.calls = 0
 
-    def _call(self, fn: Any, *args: Any, per_shard: Sequence[Any] | None = None) -> list[Any]:
-        """One task per worker over its shards; the answers in shard order."""
+    def call(self, fn: Any, *args: Any, per_shard: Sequence[Any] | None = None) -> list[Any]:
+        """``fn(token, its folders, [its per_shard values,] *args)`` on every worker."""
         self.calls += 1
         futures = []
         for worker, ks in self.assignment.items():
@@ -497,6 +518,23 @@ class DaskShards:
             for k, value in zip(ks, answer, strict=True):
                 out[k] = value
         return out
+
+
+class DaskShards(PinnedShards):
+    """The planner's shards held by Dask workers between rounds: the driver's view.
+
+    Each worker reads its shards once (:meth:`load`) and keeps them, compact
+    (:class:`Resident`), until :meth:`release`. Implements
+    :class:`models.allocation.shards.SelectionShards` and the allocation's spend oracle.
+    """
+
+    def __init__(self, client: Client, shards: ShardSet, settings: PlanSettings) -> None:
+        super().__init__(client, shards.folders, shards.pages)
+        self.offsets = list(shards.offsets)
+        self.settings = settings
+
+    def _call(self, fn: Any, *args: Any, per_shard: Sequence[Any] | None = None) -> list[Any]:
+        return self.call(fn, *args, per_shard=per_shard)
 
     def load(self) -> None:
         self._call(load_task, self.settings, per_shard=self.offsets)
