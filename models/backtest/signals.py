@@ -23,6 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models.backtest.deployed import DeployedPlannerPolicy
+from models.backtest.learning import BoolArray
+from models.backtest.sim import ChangeSource
+from models.backtest.web import DayChanges, FloatArray, IntArray
 from models.discovery.lastmod import (
     LastmodEvidence,
     lastmod_signal,
@@ -174,3 +178,295 @@ def compare_lastmod_signal(kinds: Sequence[str], **options: object) -> dict[str,
         "off": run_lastmod_backtest(kinds, use_signal=False, **options),  # type: ignore[arg-type]
         "on": run_lastmod_backtest(kinds, use_signal=True, **options),  # type: ignore[arg-type]
     }
+
+
+# --------------------------------------------------------------------------- the deployed planner
+
+#: Sitemap lastmod kinds by code (``KINDS`` order).
+HONEST, NOISY, STALE, NOW, MISSING = range(len(KINDS))
+#: Oldest last change before day 0 a sitemap reports (a page that never changes), days.
+_OLDEST = 3_650.0
+
+
+@dataclass(frozen=True)
+class SignalMix:
+    """A web-family option: per host, what its sitemap lastmod is and whether it has a feed.
+
+    Shares of hosts whose lastmod is ``honest`` (the page's last real change), ``noisy`` (a
+    change moves it with probability ``NOISY_RECALL``; bumps without a change at
+    ``NOISY_FALSE_BUMPS`` a day), ``stale`` (the creation date) or ``now`` (every entry
+    claims a change at each reading); the rest send none (``missing``). ``feed``: share of
+    hosts with a feed listing their ``feed_entries`` most recently changed pages with the
+    time of the change (honest, as the sandbox's). Drawn per host on a stream of its own.
+    """
+
+    honest: float = 0.2
+    noisy: float = 0.2
+    stale: float = 0.2
+    now: float = 0.2
+    feed: float = 0.0
+    feed_entries: int = 20
+
+    def __post_init__(self) -> None:
+        shares = (self.honest, self.noisy, self.stale, self.now)
+        if min(shares) < 0 or sum(shares) > 1 + 1e-12 or not 0 <= self.feed <= 1:
+            raise ValueError(
+                f"signal shares must be in [0, 1] and the lastmod ones sum to <= 1: {self}"
+            )
+        if self.feed_entries < 1:
+            raise ValueError(f"feed_entries must be at least 1, got {self.feed_entries}")
+
+    def host_kinds(self, n_hosts: int, *, seed: int) -> tuple[IntArray, BoolArray]:
+        """Per host: its lastmod kind code and whether it has a feed."""
+        rng = np.random.default_rng([seed, 40])
+        u = rng.random(n_hosts)
+        edges = np.cumsum([self.honest, self.noisy, self.stale, self.now])
+        kinds = np.searchsorted(edges, u, side="right").astype(np.int64)
+        return kinds, rng.random(n_hosts) < self.feed
+
+    def describe(self) -> str:
+        missing = max(0.0, 1 - self.honest - self.noisy - self.stale - self.now)
+        parts = [
+            f"lastmod honest {self.honest:.0%}, noisy {self.noisy:.0%}, stale {self.stale:.0%}, "
+            f'"now" {self.now:.0%}, none {missing:.0%} of the hosts'
+        ]
+        if self.feed:
+            parts.append(f"feeds ({self.feed_entries} newest changes) on {self.feed:.0%}")
+        return "; ".join(parts)
+
+
+class SignalClock:
+    """The public sitemaps and feeds of a backtest web, made from its true changes.
+
+    Keeps every page's last real change (before day 0: an exponential time at its rate
+    ago, as ``models.backtest.last_modified``), its creation date and a noisy host's
+    reported lastmod, on a seeded stream of its own; ``advance`` takes a day's changes after
+    that day's fetches (``SignalledChanges`` does it for the simulator).
+    """
+
+    def __init__(
+        self,
+        hosts: IntArray,
+        rate_at_start: FloatArray,
+        kinds: IntArray,
+        feeds: BoolArray,
+        *,
+        feed_entries: int = 20,
+        seed: int = 0,
+    ) -> None:
+        self._rng = np.random.default_rng([seed, 41])
+        n = hosts.shape[0]
+        with np.errstate(divide="ignore"):
+            back = self._rng.exponential(1.0, n) / rate_at_start
+        self.last_change: FloatArray = -np.minimum(back, _OLDEST)
+        self.created: FloatArray = self.last_change - self._rng.uniform(0.0, 365.0, n)
+        self.reported: FloatArray = self.last_change.copy()
+        self.hosts = hosts
+        self.page_kind = kinds[hosts]
+        self.host_kinds = kinds
+        self.host_feeds = feeds
+        self.feed_entries = int(feed_entries)
+
+    def advance(self, day: int, changes: DayChanges) -> None:
+        """Take in day ``day``'s changes (they happened in ``[day, day + 1)``)."""
+        hit = np.isfinite(changes.last)
+        self.last_change[hit] = day + changes.last[hit]
+        n = hit.shape[0]
+        told = hit & (self._rng.random(n) < 1.0 - (1.0 - NOISY_RECALL) ** changes.count)
+        self.reported[told] = day + changes.last[told]
+        bump = self._rng.random(n) < -np.expm1(-NOISY_FALSE_BUMPS)
+        bumped: FloatArray = day + self._rng.random(hit.shape)
+        self.reported[bump] = np.maximum(self.reported[bump], bumped[bump])
+
+    def sitemap(self, at: float) -> FloatArray:
+        """Each page's sitemap lastmod read at ``at`` (days; NaN: none)."""
+        k = self.page_kind
+        return np.select(
+            [k == HONEST, k == NOISY, k == STALE, k == NOW],
+            [self.last_change, self.reported, self.created, np.full(k.shape[0], float(at))],
+            default=np.nan,
+        )
+
+    def feed(self) -> FloatArray:
+        """Each page's entry in its host's feed: its last change if listed, NaN if not."""
+        order = np.lexsort((-self.last_change, self.hosts))
+        hosts = self.hosts[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(hosts)) + 1]
+        rank = np.empty(order.shape[0], dtype=np.int64)
+        rank[order] = np.arange(order.shape[0]) - np.repeat(
+            starts, np.diff(np.r_[starts, order.shape[0]])
+        )
+        listed = self.host_feeds[self.hosts] & (rank < self.feed_entries)
+        return np.where(listed, self.last_change, np.nan)
+
+
+class SignalledChanges:
+    """The simulator's change source, telling a ``SignalClock`` each day's changes once the
+    next day starts (after that day's fetches, as sitemaps are read before a cycle)."""
+
+    def __init__(self, stream: ChangeSource, clock: SignalClock) -> None:
+        self.stream = stream
+        self.clock = clock
+        self._pending: tuple[int, DayChanges] | None = None
+
+    def on_day(self, day: int) -> DayChanges:
+        if self._pending is not None:
+            self.clock.advance(*self._pending)
+        today = self.stream.on_day(day)
+        self._pending = (day, today)
+        return today
+
+
+class LearnedSignals:
+    """A planner's cheap signals: sitemap lastmod and/or feeds, each host's trust in each
+    learned from the planner's own revisits (``learn_trust``; ``models.discovery.lastmod``).
+
+    Every cycle each host's sitemap (where it sends lastmod) and feed is read once, one
+    request each, counted in ``reads`` (cost units at one a request): the reads are not
+    taken from the fetch budget (in the deployment the sitemap reader runs before the
+    cycle, as discovery), so a run reports its cost per change with and without them.
+    """
+
+    def __init__(
+        self,
+        clock: SignalClock,
+        *,
+        lastmod: bool = True,
+        feeds: bool = False,
+        prior_strength: float = 10.0,
+        max_ratio: float = 20.0,
+        min_z: float = 3.0,
+    ) -> None:
+        self.clock = clock
+        self.sources = tuple(s for s, on in (("lastmod", lastmod), ("feed", feeds)) if on)
+        n_hosts = clock.host_kinds.shape[0]
+        self.n_hosts = n_hosts
+        self.evidence = {s: LastmodEvidence.empty(n_hosts) for s in self.sources}
+        self.options: dict[str, float] = {
+            "prior_strength": prior_strength,
+            "max_ratio": max_ratio,
+            "min_z": min_z,
+        }
+        self.max_ratio = max_ratio
+        self.reads = 0.0
+        self._seen: dict[str, FloatArray] = {}
+
+    def ratios(self, day: int, last_fetch: FloatArray) -> FloatArray:
+        clock, hosts = self.clock, self.clock.hosts
+        ratio = np.ones(hosts.shape[0])
+        self._seen = {}
+        for source in self.sources:
+            if source == "lastmod":
+                signal = lastmod_signal(clock.sitemap(day), last_fetch)
+                self.reads += float(np.count_nonzero(clock.host_kinds != MISSING))
+            else:
+                signal = lastmod_signal(clock.feed(), last_fetch)
+                self.reads += float(np.count_nonzero(clock.host_feeds))
+            trust = learn_trust(self.evidence[source], **self.options)
+            ratio *= trust.likelihood_ratio(hosts, signal)
+            self._seen[source] = signal
+        return np.asarray(np.clip(ratio, 1.0 / self.max_ratio, self.max_ratio))
+
+    def learn(self, day: int, pages: IntArray, changed: BoolArray) -> None:
+        hosts = self.clock.hosts[pages]
+        for source, signal in self._seen.items():
+            seen = LastmodEvidence.count(hosts, signal[pages], changed, self.n_hosts)
+            self.evidence[source] = self.evidence[source] + seen
+
+
+#: The planner variants a signal comparison runs: name -> (lastmod, feeds).
+SIGNAL_VARIANTS = {
+    "planner": (False, False),
+    "planner+lastmod": (True, False),
+    "planner+feeds": (False, True),
+    "planner+both": (True, True),
+}
+
+
+@dataclass(frozen=True)
+class SignalResult:
+    """One planner variant over the window: the web's figures and per lastmod kind."""
+
+    name: str
+    freshness: float
+    cost_per_change: float  # fetch cost per change detected
+    cost_per_change_with_reads: float  # the sitemap and feed reads counted too
+    reads_per_day: float
+    freshness_by_kind: dict[str, float]
+    fetches_by_kind: dict[str, float]
+
+
+def compare_signals(
+    family: str = "tight",
+    pages: int = 2_000,
+    *,
+    mix: SignalMix | None = None,
+    budget_share: float = 0.2,
+    days: int = 60,
+    seed: int = 0,
+    variants: Sequence[str] = tuple(SIGNAL_VARIANTS),
+    planner_seed: int | None = None,
+) -> dict[str, SignalResult]:
+    """The deployed planner with each signal on and off on one family web (``WebFamily``).
+
+    Every variant faces the same web, changes, sitemaps and feeds; the window is the
+    run's second half. ``planner_seed`` seeds the planners' verification samples (default:
+    ``seed``): two runs that differ only in it measure the planner's own noise.
+    """
+    from models.backtest.families import family_web
+    from models.backtest.runner import summarize
+    from models.backtest.sim import simulate
+    from models.backtest.web import ChangeStream
+
+    unknown = sorted(set(variants) - set(SIGNAL_VARIANTS))
+    if unknown:
+        raise ValueError(f"unknown signal variants {unknown}; known: {', '.join(SIGNAL_VARIANTS)}")
+    mix = mix or SignalMix()
+    work = family_web(family, pages, seed=seed)
+    web = work.web
+    kinds, feeds = mix.host_kinds(web.n_hosts, seed=seed)
+    clock = SignalClock(
+        web.hosts, work.truth.on_day(0), kinds, feeds, feed_entries=mix.feed_entries, seed=seed
+    )
+    budget = web.budget_for_share(budget_share)
+    psalt = seed if planner_seed is None else planner_seed
+    signals: dict[str, LearnedSignals] = {}
+    policies = []
+    for name in variants:
+        lastmod, feed = SIGNAL_VARIANTS[name]
+        learned = LearnedSignals(clock, lastmod=lastmod, feeds=feed) if lastmod or feed else None
+        if learned is not None:
+            signals[name] = learned
+        policies.append(DeployedPlannerPolicy(web, budget, seed=psalt, name=name, signals=learned))
+    window = (days // 2, days)
+    daily, totals = simulate(
+        web,
+        SignalledChanges(ChangeStream(work.truth, seed, work.periodic), clock),
+        policies,
+        days,
+        budget,
+        window=window,
+    )
+    page_kind = kinds[web.hosts]
+    out = {}
+    for name in variants:
+        row = summarize(name, daily[name], window, budget)
+        reads = signals[name].reads / days if name in signals else 0.0
+        detected = row.detected
+        fresh, fetched = totals.freshness[name], totals.fetches[name]
+        by_kind, fetches_by_kind = {}, {}
+        for code, kind in enumerate(KINDS):
+            mine = page_kind == code
+            if mine.any():
+                by_kind[kind] = float(np.average(fresh[mine], weights=web.value[mine]))
+                fetches_by_kind[kind] = float(fetched[mine].sum() / (window[1] - window[0]))
+        out[name] = SignalResult(
+            name,
+            row.freshness,
+            row.cost_per_change,
+            (row.cost + reads * (window[1] - window[0])) / detected if detected else float("inf"),
+            reads,
+            by_kind,
+            fetches_by_kind,
+        )
+    return out

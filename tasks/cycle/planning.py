@@ -18,6 +18,12 @@ from models.planning.core import PlanningPages, plan_from_moments
 from models.planning.cost import COST_MODELS, CostModel, PageHistory, health_multiplier
 from models.planning.select import REASONS, PlanningInputError, Slices
 from tasks.cycle.estimation import read_estimation_inputs
+from tasks.discovery.lastmod_trust import (
+    change_ratios,
+    days_since_epoch,
+    feed_claims,
+    timestamp_days,
+)
 from tasks.store.catalog import CatalogStore
 from tasks.store.durable import durable_write
 from tasks.store.history import HistoryStore, connect
@@ -50,14 +56,14 @@ SELECT e.pos, e.url_id, e.host,
        coalesce(c.value, 1.0)
            * CASE WHEN c.near_duplicate_of IS NULL THEN 1.0 ELSE $near_duplicate_value END
            AS value,
-       c.cost AS cost_hint, a.last_visit,
+       c.cost AS cost_hint, a.last_visit, c.lastmod, f.claimed AS feed_updated,
        coalesce(a.attempts, 0) AS attempts, coalesce(a.billed, 0) AS billed,
        a.bytes / nullif(a.attempts, 0) AS mean_bytes,
        coalesce(h.host_attempts, 0) AS host_attempts, coalesce(h.host_billed, 0) AS host_billed,
        h.host_mean_bytes, coalesce(h.host_recent, 0) AS host_recent,
        coalesce(h.host_unhealthy, 0) AS host_unhealthy
 FROM estimates e LEFT JOIN catalog c USING (url_id) LEFT JOIN attempts a USING (url_id)
-     LEFT JOIN hosts h ON h.host = e.host
+     LEFT JOIN hosts h ON h.host = e.host LEFT JOIN feed_claims f USING (url_id)
 WHERE c.canonical IS NULL  -- a page known by another URL is not planned on its own
 ORDER BY e.pos  -- the estimates' order: the seeded verification sample is reproducible
 """
@@ -114,6 +120,7 @@ def plan_cycle(
     near_duplicate_value: float = NEAR_DUPLICATE_VALUE,
     adhoc_name: str | None = None,
     prior: PriorChoice = "mixture",
+    signals: bool = True,
 ) -> PlanResult:
     """Write ``<root>/plans/cycle=<id>.parquet`` and return its path and summary.
 
@@ -138,6 +145,13 @@ def plan_cycle(
     ``models.planning.core.plan_from_moments`` (what the backtest and a notebook run too),
     under ``prior`` (a weaker prior where it cannot be fitted; ``PlanResult.prior`` names
     the one used).
+
+    With ``signals``, each page's sitemap lastmod (catalog) and feed entry (the last feed
+    reading, ``tasks.discovery.feeds``) against its last visit give its likelihood ratio of
+    having changed under its host's learned trust (``tasks.discovery.lastmod_trust.
+    change_ratios``), and the batch reorders each host's revisits by it, within the host's
+    own share (``models.planning.select.select_batch``): a host whose signals proved nothing
+    is planned exactly as without them. The summary counts the pages whose ratio is not 1.
     """
     slices = slices or Slices()
     model = _cost_model(cost_model)
@@ -155,6 +169,7 @@ def plan_cycle(
     )
     con.register("catalog", CatalogStore(root).relation(con))
     con.register("history", HistoryStore(root).relation(con))
+    con.register("feed_claims", feed_claims(root))
     if now is None:
         newest = con.execute(_NEWEST).fetchall()[0][0]
         now = newest if newest is not None else datetime.now(UTC)
@@ -171,6 +186,16 @@ def plan_cycle(
     pages = con.sql(_PAGES, params={"near_duplicate_value": near_duplicate_value}).to_df()
     since = (stamp - pages["last_visit"]).dt.total_seconds().to_numpy() / 86400.0
     host_codes, host_names = pd.factorize(pages["host"])
+    ratio = None
+    if signals:
+        ratio = change_ratios(
+            root,
+            pages["host"].to_numpy(dtype=object),
+            days_since_epoch(pages["lastmod"]),
+            days_since_epoch(pages["feed_updated"]),
+            days_since_epoch(pages["last_visit"]),
+            timestamp_days(stamp),
+        )
     cycle = plan_from_moments(
         inputs.moments,
         inputs.group_codes,
@@ -180,6 +205,7 @@ def plan_cycle(
             cost=page_costs(model, pages),
             days_since_visit=since,
             planned=pages["pos"].to_numpy(dtype=np.int64),
+            change_ratio=ratio,
         ),
         budget,
         np.full(len(host_names), host_capacity),
@@ -206,6 +232,7 @@ def plan_cycle(
     durable_write(path, lambda handle: frame.to_parquet(handle, index=False))
     summary = plan.summary()
     summary["allocated_expected_freshness"] = allocation.expected_freshness
+    summary["signalled_pages"] = float(np.count_nonzero(ratio != 1.0)) if ratio is not None else 0.0
     return PlanResult(path, summary, model.name, cycle.estimates.prior_description())
 
 

@@ -5,9 +5,10 @@ explicitly; the links of the seed pages), screens them with ``models.discovery.a
 (normalized,
 trap defenses, exact de-duplication against the catalog, the Bloom filter of links seen
 before, robots.txt, per-host caps by importance) and lands the new ones in the catalog with
-their source, discovery time and the sitemap's ``lastmod``/``changefreq``. Pages already in
-the catalog keep their row; a sitemap's newer ``lastmod``/``changefreq`` updates it (a change
-signal for the planner). The planner's discovery slice picks the new pages up.
+their source, discovery time and the sitemap's ``lastmod``/``changefreq``; the feeds the seed
+pages declare are remembered for the cycle's feed readings (``tasks.discovery.feeds``). Pages
+already in the catalog keep their row; a sitemap's newer ``lastmod``/``changefreq`` updates
+it (a change signal for the planner). The planner's discovery slice picks the new pages up.
 
 ``add_links`` is the same landing for links of pages already fetched (no network); the
 recrawl cycle reads its pages' links in each host batch and lands them with ``land`` after
@@ -46,11 +47,13 @@ from models.discovery.admission import (
     screen_candidates,
     url_pattern,
 )
+from models.discovery.feeds import feed_links
 from models.discovery.links import links_from_html
 from models.discovery.seen import BloomFilter, ExactSeenSet
 from models.discovery.urls import InvalidURLError, normalize
 from models.fetching.robots_policy import RobotsVerdict
 from models.outcomes import WITH_BODY, sql_list
+from tasks.discovery.feeds import remember_feeds
 from tasks.discovery.sitemaps import (
     DEADLINE_REASONS,
     SitemapReader,
@@ -149,9 +152,10 @@ async def discover(
         sources += [SitemapSource(u) for u in sitemaps]
         report = await reader.read(sources)
         candidates += report.candidates
+        feeds: list[str] = []
         if settings.follow_seed_links:
             sitemap_urls = reader.sitemap_urls
-            links = await _seed_links(reader, seed_urls, tally)
+            links = await _seed_links(reader, seed_urls, tally, feeds)
             candidates += [c for c in links if c.url not in sitemap_urls]
     tally.merge(report.rejected)
     landed = land(
@@ -164,6 +168,8 @@ async def discover(
         tally=tally,
         sitemaps_read=report.sitemaps_read,
     )
+    if feeds:
+        remember_feeds(root, feeds, now or datetime.now(UTC))
     return replace(landed, unread=dict(report.unread))
 
 
@@ -243,9 +249,12 @@ def land(
     )
 
 
-async def _seed_links(reader: SitemapReader, seeds: list[str], tally: Tally) -> list[Candidate]:
-    """Fetch each seed page once (robots.txt permitting) and take its links, until the run
-    deadline (a seed it leaves is recorded by the reader, ``run_deadline``)."""
+async def _seed_links(
+    reader: SitemapReader, seeds: list[str], tally: Tally, feeds: list[str]
+) -> list[Candidate]:
+    """Fetch each seed page once (robots.txt permitting) and take its links (and the feeds it
+    declares, into ``feeds``), until the run deadline (a seed it leaves is recorded by the
+    reader, ``run_deadline``)."""
     found: list[Candidate] = []
     for url in seeds:
         rules = await reader.robots_by_deadline(origin_of(url))
@@ -269,6 +278,7 @@ async def _seed_links(reader: SitemapReader, seeds: list[str], tally: Tally) -> 
             tally.add("seed_unreachable", f"{url}: HTTP {status}")
             continue
         found += [Candidate(link, "link") for link in links_from_html(url, body, content_type)]
+        feeds += feed_links(url, body)
     return found
 
 
