@@ -141,6 +141,8 @@ def client_processes(sandbox_pid: int) -> dict[int, tuple[str, Any]]:
             line = " ".join(child.cmdline())
         except psutil.Error:
             continue
+        if "py-spy" in line:  # the profiler (--py-spy) is not the client
+            continue
         if "prefect" in line or "uvicorn" in line:
             role = "Prefect server"
         elif "distributed" in line or "dask" in line:
@@ -153,17 +155,75 @@ def client_processes(sandbox_pid: int) -> dict[int, tuple[str, Any]]:
     return found
 
 
-def cpu_by_role(processes: dict[int, tuple[str, Any]]) -> dict[str, float]:
+def cpu_by_pid(processes: dict[int, tuple[str, Any]]) -> dict[int, float]:
+    """User + system CPU seconds of each client process so far (those still readable)."""
     import psutil
 
-    totals: dict[str, float] = {}
-    for role, process in processes.values():
+    used: dict[int, float] = {}
+    for pid, (_, process) in processes.items():
         try:
             times = process.cpu_times()
         except psutil.Error:
             continue
-        totals[role] = totals.get(role, 0.0) + times.user + times.system
+        used[pid] = times.user + times.system
+    return used
+
+
+def cpu_by_role(processes: dict[int, tuple[str, Any]]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for pid, used in cpu_by_pid(processes).items():
+        role = processes[pid][0]
+        totals[role] = totals.get(role, 0.0) + used
     return totals
+
+
+def start_py_spy(executable: str, out: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """py-spy recording this process and its children until ``stop_py_spy`` (the sandbox is
+    one too: ``print_py_spy`` leaves it out)."""
+    command = [executable, "record", "--pid", str(os.getpid()), "--subprocesses"]
+    command += ["--nonblocking", "--rate", "40", "--format", "raw", "--output", str(out)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)  # attached before the cycle starts
+    return proc, out
+
+
+def stop_py_spy(spy: tuple[subprocess.Popen[bytes], Path]) -> Path | None:
+    import signal
+
+    proc, out = spy
+    proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return None
+    return out if out.exists() else None
+
+
+def print_py_spy(path: Path, processes: dict[int, tuple[str, Any]]) -> None:
+    from bench_cycle_sampler import collapsed_parts
+
+    for pid, parts in sorted(collapsed_parts(path).items(), key=lambda kv: -kv[1].total()):
+        if pid not in processes:  # the sandbox
+            continue
+        role = processes[pid][0]
+        total = parts.total()
+        print(f"  py-spy: {role} (pid {pid}), {total} samples on a CPU:")
+        for name, count in parts.most_common(12):
+            print(f"    {name:<48} {count / total:6.1%}")
+
+
+def cpu_bound_line(total: float, busiest: float, cores: int = 2) -> str:
+    """The cycle's shortest possible time on ``cores`` idle cores from its CPU alone: no
+    faster than its CPU spread evenly, nor than its busiest process (the flow process is
+    one interpreter: its threads share one GIL). A bound, not a wall-clock figure: on this
+    shared machine the wall time says more about the neighbours than about the cycle."""
+    bound = max(total / cores, busiest)
+    return (
+        f"  CPU-bound time: 1 core {total:.2f} s; {cores} cores >= max(CPU / {cores}, busiest "
+        f"process {busiest:.2f} s) = {bound:.2f} s: {cores}-core speed-up at most "
+        f"{total / bound:.2f}x"
+    )
 
 
 def engine_baseline(urls: list[str]) -> tuple[float, int, float]:
@@ -192,6 +252,11 @@ def main() -> int:
     parser.add_argument("--dask-workers", type=int, default=0, help="a LocalCluster of N")
     parser.add_argument("--cpus", default=None, help="pin the client to these CPUs: 0 or 0,1")
     parser.add_argument("--profile", action="store_true", help="where the flow's CPU goes")
+    parser.add_argument(
+        "--py-spy",
+        default=None,
+        help="a py-spy executable: sample every client process from outside, per cycle",
+    )
     parser.add_argument("--no-baseline", action="store_true", help="skip the engine-only runs")
     args = parser.parse_args()
     if args.cpus:
@@ -244,12 +309,14 @@ def main() -> int:
         per_cycle: list[float] = []
         for cycle in (0, 1):
             processes = client_processes(proc.pid)
+            pid_before = cpu_by_pid(processes)
             cpu_before = cpu_by_role(processes)
             sampler = None
             if args.profile:
                 from bench_cycle_sampler import Sampler
 
                 sampler = Sampler(watch=[p for p in processes if p != os.getpid()]).start()
+            spy = start_py_spy(args.py_spy, folder / f"py-spy-{cycle}.txt") if args.py_spy else None
             started = time.perf_counter()
             result = recrawl_flow(
                 root=str(root),
@@ -267,8 +334,11 @@ def main() -> int:
             call_s = time.perf_counter() - started
             if sampler is not None:
                 sampler.stop()
+            spied = stop_py_spy(spy) if spy is not None else None
             processes = {**processes, **client_processes(proc.pid)}  # workers started now
+            pid_after = cpu_by_pid(processes)
             cpu_after = cpu_by_role(processes)
+            busiest = max((v - pid_before.get(p, 0.0) for p, v in pid_after.items()), default=0)
             split = phases(result, call_s)
             print(
                 f"\ncycle {cycle}: {result['rows']:,} pages, {result['observations']:,} "
@@ -292,6 +362,7 @@ def main() -> int:
                 f"page, {rows / total:,.0f} pages per core-second, {rows / call_s:,.0f} pages "
                 "per second of wall time"
             )
+            print(cpu_bound_line(total, busiest))
             if sampler is not None:
                 from bench_cycle_sampler import table
 
@@ -301,6 +372,8 @@ def main() -> int:
                 for pid, rss in sorted(sampler.peak_rss.items()):
                     role = processes.get(pid, ("?", None))[0]
                     print(f"  peak RSS {role:<20} pid {pid:<8} {rss / 2**20:7.0f} MiB")
+            if spied is not None:
+                print_py_spy(spied, processes)
         if not args.no_baseline:
             cpu, rows, wall = engine_baseline(urls)
             baselines.append(1000 * cpu / rows)

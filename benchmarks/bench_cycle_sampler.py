@@ -15,6 +15,7 @@ Used by ``benchmarks/bench_cycle.py --profile``.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from collections import Counter
@@ -141,3 +142,55 @@ def table(parts: Counter[str]) -> list[tuple[str, float]]:
     """(part, share of the sampled CPU), largest first."""
     total = sum(parts.values()) or 1
     return [(name, ns / total) for name, ns in parts.most_common()]
+
+
+# ---------------------------------------------------------------------- py-spy's samples
+
+_PACKAGES = frozenset({"tasks", "models", "flows", "sandbox"})
+#: A frame of py-spy's raw (collapsed) output: ``function (file:line)``.
+_FRAME = re.compile(r"^(?P<function>.*) \((?P<file>.*?)(?::\d+)?\)$")
+
+
+def part_of_names(frames: list[tuple[str, str]]) -> str:
+    """``part_of`` for (file, function) pairs, innermost last (py-spy's order; it writes a
+    file relative to the ``sys.path`` entry it is under: ``tasks/fetch/engine.py``,
+    ``prefect/client/...``)."""
+    for name, function in reversed(frames):
+        top = name.split("/", 1)[0]
+        if top in _PACKAGES:
+            name = f"{REPO}/{name}"
+        elif top == "prefect":
+            name = f"/site-packages/{name}"
+        ours = name.startswith(REPO) and "/site-packages/" not in name
+        if ours or "/site-packages/prefect/" in name:
+            for fragment, func, part in RULES:
+                if fragment in name and (func is None or func == function):
+                    return part
+    return "other (libraries outside any project frame)"
+
+
+def collapsed_parts(path: str | Path) -> dict[int, Counter[str]]:
+    """Samples by process and part from ``py-spy record --format raw --subprocesses``.
+
+    py-spy reads the stacks from outside (no GIL, so no bias towards code that releases
+    it, which a sampler inside the process has: it can only look when the GIL is free) and
+    counts only threads on a CPU. Each line is ``frames count``, outermost frame first; with
+    ``--subprocesses`` the first frame is ``process <pid>:"<command>"``.
+    """
+    found: dict[int, Counter[str]] = {}
+    for line in Path(path).read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        pid = 0
+        while frames and frames[0].startswith("process "):  # a child's after its parent's
+            pid = int(frames[0].split()[1].split(":")[0])
+            frames = frames[1:]
+        names = []
+        for frame in frames:
+            match = _FRAME.match(frame)
+            if match is not None:
+                names.append((match["file"], match["function"]))
+        found.setdefault(pid, Counter())[part_of_names(names)] += int(count)
+    return found
