@@ -197,9 +197,61 @@ class MixturePrior:
             cap = rate_cap(moments.ages()[0][pages[use]])
             rate[pages[use]] = np.clip(np.exp(mean_log[use]), MIN_RATE, cap)
             log_std[pages[use]] = sd_log[use]
+            if CERTAINTY_EQUIVALENT:
+                tried = np.flatnonzero(moments.n_intervals[pages] > 0)
+                if tried.shape[0]:
+                    sub = pages[tried]
+                    ce = self._freshness_equivalent(
+                        grid.loglik()[tried],
+                        page_shape[lo:hi][tried],
+                        page_rate[lo:hi][tried],
+                        p_odd[tried],
+                        moments.observed_days[sub] / moments.n_intervals[sub],
+                    )
+                    rate[sub] = np.clip(ce, MIN_RATE, rate_cap(moments.ages()[0][sub]))
 
         _in_blocks(seen.shape[0], block)
         return rate, log_std, odd
+
+    def _freshness_equivalent(
+        self,
+        loglik: FloatArray,
+        shape: FloatArray,
+        rate: FloatArray,
+        p_odd: FloatArray,
+        interval: FloatArray,
+    ) -> FloatArray:
+        """Per page, the rate whose freshness at ``interval`` is the posterior's expected one."""
+        log_reg = loglik + shape[:, None] * _GRID[None, :] - rate[:, None] * _RATE[None, :]
+        with np.errstate(divide="ignore"):
+            log_odd = loglik + np.log(self.level_prior)[None, :]
+        post_reg = np.exp(log_reg - log_reg.max(axis=1, keepdims=True))
+        post_reg /= post_reg.sum(axis=1, keepdims=True)
+        post_odd = np.exp(log_odd - log_odd.max(axis=1, keepdims=True))
+        post_odd /= post_odd.sum(axis=1, keepdims=True)
+        post = (1 - p_odd)[:, None] * post_reg + p_odd[:, None] * post_odd
+        share = (post * _fresh_share(interval[:, None] * _RATE[None, :])).sum(axis=1)
+        return _inverse_fresh_share(share) / interval
+
+
+CERTAINTY_EQUIVALENT = True
+
+
+def _fresh_share(x: FloatArray) -> FloatArray:
+    """``(1 - exp(-x)) / x``: the share of an interval a copy stays fresh, x = rate x interval."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(x > 1e-12, -np.expm1(-x) / np.maximum(x, 1e-300), 1.0 - 0.5 * x)
+    return np.asarray(out, dtype=np.float64)
+
+
+_CE_X = np.exp(np.linspace(np.log(1e-9), np.log(1e5), 4_000))
+_CE_SHARE = _fresh_share(_CE_X)
+
+
+def _inverse_fresh_share(share: FloatArray) -> FloatArray:
+    """x with ``(1 - exp(-x)) / x = share`` (decreasing in x), by interpolation."""
+    out = np.interp(-share, -_CE_SHARE, _CE_X)
+    return np.asarray(out, dtype=np.float64)
 
 
 def estimate_with_mixture_prior(

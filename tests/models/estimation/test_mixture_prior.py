@@ -134,3 +134,93 @@ def test_the_mixture_prior_needs_moment_sums():
 
     with pytest.raises(EstimationInputError, match="mixture prior needs per-page moment sums"):
         estimate_rates([0, 0], [1.0, 2.0], [True, False], prior="mixture")
+
+
+def _gamma_posterior_freshness(
+    shape: float, rate: float, changed_days: float, unchanged_days: float, interval: float
+) -> tuple[float, float]:
+    """By quadrature, independently of the grid: for one page with a changed interval of
+    ``changed_days`` and ``unchanged_days`` unchanged under a Gamma(shape, rate) prior, the
+    posterior-expected fresh share at ``interval`` and the posterior mean rate."""
+    from scipy import integrate
+
+    def weight(r: float) -> float:
+        likelihood = -np.expm1(-r * changed_days) * np.exp(-r * unchanged_days)
+        return float(likelihood * r ** (shape - 1) * np.exp(-rate * r))
+
+    def fresh(r: float) -> float:
+        return float(-np.expm1(-r * interval) / (r * interval))
+
+    top = 50.0 * shape / rate
+    norm = integrate.quad(weight, 0, top, limit=200)[0]
+    share = integrate.quad(lambda r: weight(r) * fresh(r), 0, top, limit=200)[0] / norm
+    mean = integrate.quad(lambda r: weight(r) * r, 0, top, limit=200)[0] / norm
+    return share, mean
+
+
+@pytest.mark.parametrize(
+    ("shape", "rate", "changed_days", "unchanged_days", "interval"),
+    [(1.0, 0.5, 30.0, 0.0, 30.0), (2.0, 20.0, 5.0, 40.0, 15.0), (0.7, 0.2, 10.0, 0.0, 10.0)],
+)
+def test_the_freshness_equivalent_rate_matches_quadrature(
+    shape: float, rate: float, changed_days: float, unchanged_days: float, interval: float
+) -> None:
+    """The rate a page is planned at keeps it as fresh at its interval as its posterior
+    expects (what a visit buys is (1 - e^(-rI)) / (rI), convex in r: the posterior's spread
+    matters, not only its centre).
+
+    Tolerance: the grid integrates a density smooth in log r with step h = 0.16; the
+    posteriors here have a log-rate sd of at least 0.5, and the trapezoid rule's relative
+    error on such an integrand is of order exp(-2 pi^2 sd^2 / h^2) (far below 1e-6); their
+    mass beyond the grid's ends (1e-5, 100 a day) is below 1e-6; the inverse of the fresh
+    share is a linear interpolation on steps of 0.008 in log x (relative error under 1e-5).
+    So 1e-3 relative bounds what the grid may add to the exact answer.
+    """
+    grid = mixture_prior._GRID
+    r = np.exp(grid)
+    loglik = np.log(-np.expm1(-r * changed_days)) - r * unchanged_days
+    prior = mixture_prior.MixturePrior(shape, np.zeros(1), np.zeros(1), 0.1, np.full(97, 1 / 97))
+    got = prior._freshness_equivalent(
+        loglik[None, :], np.array([shape]), np.array([rate]), np.zeros(1), np.array([interval])
+    )[0]
+    share, mean = _gamma_posterior_freshness(shape, rate, changed_days, unchanged_days, interval)
+    expected = mixture_prior._inverse_fresh_share(np.array([share]))[0] / interval
+    assert got == pytest.approx(expected, rel=1e-3)
+    # Jensen: the fresh share is convex in r, so the equivalent rate is at most the mean
+    assert got <= mean * (1 + 1e-3)
+
+
+def test_a_fast_group_seen_only_at_long_intervals_is_planned_at_a_rate_it_may_have():
+    """Pages that changed at every 30-day interval may change daily or hourly: the
+    likelihood is flat above a few changes a month. Planned at the posterior's centre
+    (the geometric mean, spread up to the grid's 100 a day) such a host looked several
+    times faster than its pages and was given up (issue 18: a host at ~1 a day estimated at
+    7); planned at the freshness-equivalent rate it is at most the posterior's geometric
+    mean, and a revisit at its interval is worth what the posterior expects."""
+    n_fast, n_slow = 200, 200
+    n = n_fast + n_slow
+    group = np.r_[np.zeros(n_fast), np.ones(n_slow)].astype(np.int64)
+    changed = np.r_[np.ones(n_fast), np.zeros(n_slow)].astype(np.int64)
+    t = 30.0
+    moments = PageMoments.checked(
+        np.arange(n),
+        np.ones(n, dtype=np.int64),
+        changed,
+        (1 - changed) * t,
+        changed * t,
+        changed * t**2,
+        changed * t**3,
+    )
+    prior = fit_mixture_prior(moments, group)
+    rate, _, _ = prior.estimate(moments, group)
+    saved = mixture_prior.CERTAINTY_EQUIVALENT
+    try:
+        mixture_prior.CERTAINTY_EQUIVALENT = False
+        centre, _, _ = prior.estimate(moments, group)
+    finally:
+        mixture_prior.CERTAINTY_EQUIVALENT = saved
+    fast = group == 0
+    # a changed 30-day interval says r > ~1/30: the equivalent rate stays well below the
+    # centre of a posterior spread evenly (in log) from there to 100 a day
+    assert np.all(rate[fast] < 0.5 * centre[fast])
+    assert np.all(rate[fast] > 1 / 30)
