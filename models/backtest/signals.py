@@ -32,6 +32,7 @@ from models.discovery.lastmod import (
     lastmod_signal,
     learn_trust,
     posterior_change,
+    signal_z,
 )
 
 KINDS = ("honest", "noisy", "stale", "now", "missing")
@@ -321,7 +322,9 @@ class LearnedSignals:
     """A planner's cheap signals: sitemap lastmod and/or feeds, each host's trust in each
     learned from the planner's own revisits (``learn_trust``; ``models.discovery.lastmod``).
 
-    Every cycle each host's sitemap (where it sends lastmod) and feed is read once, one
+    Each host's sitemap (where it sends lastmod) and feed is read before a cycle on the
+    deployment's schedule (``tasks.discovery.signals.SignalSchedule``: every cycle, but only
+    every ``recheck_days`` once ``settled_examples`` revisits left the signal unproven), one
     request each, counted in ``reads`` (cost units at one a request): the reads are not
     taken from the fetch budget (in the deployment the sitemap reader runs before the
     cycle, as discovery), so a run reports its cost per change with and without them.
@@ -336,6 +339,8 @@ class LearnedSignals:
         prior_strength: float = 10.0,
         max_ratio: float = 20.0,
         min_z: float = 3.0,
+        settled_examples: int = 100,
+        recheck_days: float = 7.0,
     ) -> None:
         self.clock = clock
         self.sources = tuple(s for s, on in (("lastmod", lastmod), ("feed", feeds)) if on)
@@ -348,6 +353,9 @@ class LearnedSignals:
             "min_z": min_z,
         }
         self.max_ratio = max_ratio
+        self.settled_examples = settled_examples
+        self.recheck_days = recheck_days
+        self.last_read = {s: np.full(n_hosts, -np.inf) for s in self.sources}
         self.reads = 0.0
         self._seen: dict[str, FloatArray] = {}
 
@@ -357,15 +365,26 @@ class LearnedSignals:
         self._seen = {}
         for source in self.sources:
             if source == "lastmod":
-                signal = lastmod_signal(clock.sitemap(day), last_fetch)
-                self.reads += float(np.count_nonzero(clock.host_kinds != MISSING))
+                claimed, has = clock.sitemap(day), clock.host_kinds != MISSING
             else:
-                signal = lastmod_signal(clock.feed(), last_fetch)
-                self.reads += float(np.count_nonzero(clock.host_feeds))
+                claimed, has = clock.feed(), clock.host_feeds
+            read = has & self._due(source, day)
+            self.last_read[source][read] = day
+            self.reads += float(np.count_nonzero(read))
+            signal = np.where(read[hosts], lastmod_signal(claimed, last_fetch), np.nan)
             trust = learn_trust(self.evidence[source], **self.options)
             ratio *= trust.likelihood_ratio(hosts, signal)
             self._seen[source] = signal
         return np.asarray(np.clip(ratio, 1.0 / self.max_ratio, self.max_ratio))
+
+    def _due(self, source: str, day: int) -> BoolArray:
+        """Hosts whose ``source`` is read today: every day, but only every ``recheck_days``
+        once ``settled_examples`` revisits left it unproven (``tasks.discovery.signals``)."""
+        e = self.evidence[source]
+        total = e.signaled_changed + e.signaled_unchanged + e.quiet_changed + e.quiet_unchanged
+        settled = (total >= self.settled_examples) & (signal_z(e) < self.options["min_z"])
+        wait = np.where(settled, self.recheck_days, 1.0)
+        return np.asarray(day - self.last_read[source] >= wait)
 
     def learn(self, day: int, pages: IntArray, changed: BoolArray) -> None:
         hosts = self.clock.hosts[pages]
