@@ -1,0 +1,547 @@
+"""The listing pass of a recrawl cycle: listings read first, then only the items they show changed.
+
+Runs after the plan is split and before the host batches are fetched
+(``flows.recrawl``), in the cycle's work folder (``tasks.cycle.work``):
+
+1. The declared listing pages (``tasks.listings.store``) are fetched as one batch of their
+   own (``listings-00000``: robots.txt, pacing, conditional requests as any batch); each
+   answered listing is parsed into its items' summaries (``models.discovery.listings``), and
+   its record is the hash of those summaries, so a listing "changed" when any listed item's
+   summary did. A 304 says every listed item's summary is the one kept.
+2. The summaries seen are compared with the ones kept (``compare_summaries``: numpy over the
+   url ids, no loop over items), for the items of the catalog:
+
+   - unchanged: recorded as an observation of the item without fetching it
+     (``listings-unchanged``: outcome ``not_modified``, reason ``listing: summary unchanged``,
+     cost 0, the validators and record hash of its last observation carried), and taken out
+     of the planner's batches if it was planned: it is not fetched just to confirm;
+   - changed, or never summarized before: fetched in this cycle (``listings-items``), and
+     taken out of the planner's batches (fetched once).
+
+3. Pages of hosts with a declared JSON endpoint (``EndpointRoute``) that the planner planned,
+   and such items a listing marked, are fetched through their endpoint instead of the page
+   (in ``listings-items``); their record is ``models.discovery.endpoints.record_of`` (the
+   page's fields from the JSON), and their rows are the page's (url id of the page).
+
+The pass's batches join the cycle's index only once all their parts are written, so the
+commit publishes them with the rest; a crash before leaves the index as the split wrote it,
+and the pass runs again. After the commit, ``apply_listing_summaries`` keeps each item's
+summary where the item's state is now known (unchanged, or fetched in the cycle); an item
+whose fetch failed keeps its old summary, so its next listing read shows it changed again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from models.content.extract_rules import ExtractionRules
+from models.discovery.endpoints import PRODUCT_FIELDS, EndpointFields, record_of
+from models.discovery.listings import ListingItems, ListingRule, compare_summaries, parse_listing
+from models.discovery.urls import InvalidURLError, normalize, url_id
+from models.outcomes import OBSERVED, sql_list
+from models.planning.cost import CostModel
+from models.schemas import HISTORY_SCHEMA
+from tasks.cycle.planning import plan_path
+from tasks.cycle.work import (
+    INDEX,
+    BatchFailedError,
+    BatchSpec,
+    default_record_hasher,
+    read_batches,
+    read_part,
+    run_host_batch,
+    work_dir,
+)
+from tasks.fetch.rows import RecordDigest
+from tasks.fetch.settings import FetchSettings
+from tasks.listings.store import (
+    EndpointRoute,
+    read_declared,
+    read_endpoints,
+    read_summaries,
+    write_summaries,
+)
+from tasks.store.catalog import CatalogStore
+from tasks.store.durable import durable_write_parquet, durable_write_text
+from tasks.store.history import HistoryStore, connect
+
+log = logging.getLogger(__name__)
+
+LISTINGS_BATCH = "listings-00000"
+ITEMS_BATCH = "listings-items"
+UNCHANGED_BATCH = "listings-unchanged"
+UNCHANGED_REASON = "listing: summary unchanged"
+_SEEN = "seen.parquet"
+_DONE = "done.json"
+
+
+@dataclass(frozen=True)
+class ListingPass:
+    """What one cycle's listing pass did (counts; nothing else crosses tasks)."""
+
+    listings: int = 0  # listing pages requested
+    listings_read: int = 0  # of them answered with a body or a 304
+    items_seen: int = 0  # catalog items the listings showed
+    unchanged: int = 0  # recorded unchanged, not fetched
+    changed: int = 0  # summary changed since it was kept: fetched
+    new: int = 0  # no summary kept before: fetched
+    through_endpoint: int = 0  # items fetched through their JSON endpoint
+    taken_from_plan: int = 0  # planned pages the pass fetched or recorded instead
+    cost: float = 0.0  # what the pass's fetches cost (listings and items)
+    hosts: tuple[str, ...] = ()
+
+
+def pass_hosts(root: str | Path) -> list[str]:
+    """The hosts the pass may contact (listings' and endpoint hosts'): their slots."""
+    hosts = set(read_declared(root)["host"].to_pylist()) | set(read_endpoints(root))
+    return sorted(hosts)
+
+
+class ListingCollector:
+    """A record hasher for listing pages: keeps each listing's items, hashes their summaries."""
+
+    def __init__(self, rule: ListingRule | None = None) -> None:
+        self.rule = rule or ListingRule()
+        self.found: dict[str, ListingItems] = {}
+
+    def __call__(self, body: bytes, content_type: str | None, url: str) -> RecordDigest:
+        items = parse_listing(body, content_type, url, self.rule)
+        self.found[url] = items
+        pairs = np.stack([items.url_ids, items.summary_hashes], axis=1)
+        pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))] if len(items) else pairs
+        return RecordDigest(hashlib.blake2b(pairs.tobytes(), digest_size=16).hexdigest())
+
+
+def endpoint_hasher(
+    endpoints: set[str], fields: EndpointFields, rules: ExtractionRules | None = None
+) -> Callable[[bytes, str | None, str], RecordDigest]:
+    """Endpoint URLs hashed as their page's record (``record_of``); any other page as usual."""
+    default = default_record_hasher(rules) if rules is not None else default_record_hasher()
+
+    def hasher(body: bytes, content_type: str | None, url: str) -> RecordDigest:
+        if url in endpoints:
+            record = record_of(body, content_type or "", url, fields)
+            return RecordDigest(record.record_hash, record.simhash)
+        digest = default(body, content_type, url)
+        return digest if isinstance(digest, RecordDigest) else RecordDigest(str(digest))
+
+    return hasher
+
+
+def run_listing_pass(
+    root: str | Path,
+    cycle_id: int,
+    *,
+    settings: FetchSettings | None = None,
+    clock: Callable[[], datetime] | None = None,
+    cost_model: CostModel | str = "credits",
+    fields: EndpointFields = PRODUCT_FIELDS,
+) -> ListingPass:
+    """The cycle's listing pass (module docstring); a no-op without declarations."""
+    folder = work_dir(root, cycle_id)
+    mine = folder / "listings"
+    if (mine / _DONE).exists():
+        return _read_done(mine / _DONE)
+    declared = read_declared(root)
+    routes = read_endpoints(root)
+    if declared.num_rows == 0 and not routes:
+        return ListingPass()
+    stock = [s for s in read_batches(root, cycle_id) if not s.name.startswith("listings-")]
+    _clean(folder)
+    mine.mkdir(parents=True, exist_ok=True)
+    con = connect()
+    try:
+        con.register("catalog", CatalogStore(root).relation(con))
+        con.register("history", HistoryStore(root).relation(con))
+        con.register("plan", con.read_parquet(str(plan_path(root, cycle_id))))
+        observed: dict[str, object] = {"observed": sql_list(OBSERVED)}
+        cost = 0.0
+        specs: list[BatchSpec] = []
+
+        # 1. the listings
+        collector = ListingCollector()
+        listing_rows = HISTORY_SCHEMA.empty_table()
+        if declared.num_rows:
+            con.register("declared", declared)
+            _last_observations(con, con.sql("SELECT url_id FROM declared"), observed)
+            requests = con.sql(_LISTING_REQUESTS).to_arrow_table()
+            listing_rows = _fetch(
+                root, cycle_id, LISTINGS_BATCH, requests, settings, clock, cost_model, collector
+            )
+            cost += float(pc.sum(listing_rows["cost"]).as_py() or 0.0)
+            specs.append(_spec(folder, LISTINGS_BATCH, requests))
+
+        # 2. the summaries seen, against the ones kept
+        kept = read_summaries(root)
+        seen = _seen_summaries(collector, listing_rows, kept)
+        con.register("seen", seen)
+        seen = con.sql(_IN_CATALOG).to_arrow_table()  # items the catalog knows
+        compared = compare_summaries(
+            kept["item_url_id"].to_numpy(),
+            kept["summary_hash"].to_numpy(),
+            seen["item_url_id"].to_numpy(),
+            seen["summary_hash"].to_numpy(),
+        )
+        unchanged = compared.known & ~compared.changed
+        state = np.where(unchanged, "unchanged", np.where(compared.changed, "changed", "new"))
+        first = pc.index_in(pa.array(compared.url_ids), seen["item_url_id"])
+        seen = seen.take(first).append_column("state", pa.array(state))
+        durable_write_parquet(seen, mine / _SEEN)
+
+        # 3. what the pass fetches: marked items, and planned pages of endpoint hosts
+        con.register("seen_state", seen)
+        con.register("routes", pa.table({"host": pa.array(sorted(routes), pa.string())}))
+        _last_observations(con, con.sql(_ITEM_WANTED), observed)
+        fetch = con.sql(_ITEM_REQUESTS).to_arrow_table()
+        fetch, through = _through_endpoints(fetch, routes)
+        endpoint_urls = set(pc.filter(fetch["url"], through).to_pylist())
+        if fetch.num_rows:
+            hasher = endpoint_hasher(endpoint_urls, fields)
+            rows = _fetch(root, cycle_id, ITEMS_BATCH, fetch, settings, clock, cost_model, hasher)
+            cost += float(pc.sum(rows["cost"]).as_py() or 0.0)
+            _as_pages(folder / "parts" / f"{ITEMS_BATCH}.parquet", fetch)
+            specs.append(_spec(folder, ITEMS_BATCH, fetch))
+
+        # 4. unchanged items: observations without a fetch
+        con.register("listing_rows", listing_rows.select(["url_id", "fetched_at"]))
+        _last_observations(con, con.sql(_UNCHANGED_WANTED), observed)
+        quiet = con.sql(_UNCHANGED_ROWS, params={"cycle": int(cycle_id)})
+        quiet_rows = _history_rows(quiet.to_arrow_table())
+        if quiet_rows.num_rows:
+            durable_write_parquet(quiet_rows, folder / "parts" / f"{UNCHANGED_BATCH}.parquet")
+            specs.append(BatchSpec(UNCHANGED_BATCH, "", tuple(), quiet_rows.num_rows))
+
+        # 5. out of the planner's batches: everything the pass fetched or recorded
+        taken = pa.concat_arrays(
+            [
+                fetch["url_id"].combine_chunks(),
+                quiet_rows["url_id"].combine_chunks(),
+            ]
+        )
+        taken_from_plan = _take_from_batches(stock, taken)
+        _append_to_index(folder, specs)
+    finally:
+        con.close()
+    result = ListingPass(
+        listings=int(declared.num_rows),
+        listings_read=int(
+            pc.sum(pc.is_in(listing_rows["outcome"], pa.array(sorted(OBSERVED)))).as_py() or 0
+        ),
+        items_seen=int(seen.num_rows),
+        unchanged=int(quiet_rows.num_rows),
+        changed=int(compared.changed.sum()),
+        new=int((~compared.known).sum()),
+        through_endpoint=len(endpoint_urls),
+        taken_from_plan=taken_from_plan,
+        cost=cost,
+        hosts=tuple(pass_hosts(root)),
+    )
+    durable_write_text(mine / _DONE, json.dumps(asdict(result)))
+    log.info("cycle %s listing pass: %s", cycle_id, result)
+    return result
+
+
+def listings_pending(root: str | Path, cycle_id: int) -> bool:
+    """Whether a committed cycle's seen summaries still wait to be kept."""
+    return (work_dir(root, cycle_id) / "listings" / _SEEN).exists()
+
+
+def apply_listing_summaries(root: str | Path, cycle_id: int) -> int:
+    """After the commit: keep the summaries whose item's state the cycle knows; returns how
+    many items' summaries were replaced (idempotent: a re-run changes nothing more)."""
+    seen_path = work_dir(root, cycle_id) / "listings" / _SEEN
+    if not seen_path.exists():
+        return 0
+    con = connect()
+    try:
+        con.register("seen", pq.read_table(seen_path))
+        con.register("kept", read_summaries(root))
+        con.register("history", HistoryStore(root).relation(con))
+        params = {"cycle": int(cycle_id), "observed": sql_list(OBSERVED)}
+        known = con.sql(_KNOWN_NOW, params=params).to_arrow_table()
+        con.register("known", known)
+        merged = con.sql(_MERGED).to_arrow_table()
+    finally:
+        con.close()
+    write_summaries(root, merged)
+    seen_path.unlink()
+    return int(known.num_rows)
+
+
+# ---------------------------------------------------------------------- SQL
+
+_LAST_OBS = """
+SELECT url_id,
+       arg_max(etag, fetched_at) AS etag,
+       arg_max(last_modified, fetched_at) AS last_modified,
+       arg_max(record_hash, fetched_at) AS record_hash,
+       arg_max(simhash, fetched_at) AS simhash,
+       arg_max(warc_file, fetched_at) AS warc_file,
+       arg_max(warc_offset, fetched_at) AS warc_offset
+FROM history
+WHERE outcome IN (SELECT unnest($observed)) AND url_id IN (SELECT url_id FROM wanted)
+GROUP BY url_id
+"""
+
+_LISTING_REQUESTS = """
+SELECT d.url_id, d.url, d.host, 1.0e9 AS priority, o.etag, o.last_modified, o.record_hash,
+       o.warc_file, o.warc_offset
+FROM declared d LEFT JOIN last_obs o USING (url_id)
+ORDER BY d.host, d.url_id
+"""
+
+_IN_CATALOG = """
+SELECT s.item_url_id, s.listing_url_id, s.summary_hash, c.url, c.host
+FROM seen s JOIN catalog c ON c.url_id = s.item_url_id
+"""
+
+_ITEM_WANTED = """
+SELECT item_url_id AS url_id FROM seen_state WHERE state <> 'unchanged'
+UNION
+SELECT p.url_id FROM plan p JOIN catalog c USING (url_id)
+WHERE c.host IN (SELECT host FROM routes)
+  AND p.url_id NOT IN (SELECT item_url_id FROM seen_state WHERE state = 'unchanged')
+"""
+
+_ITEM_REQUESTS = """
+SELECT w.url_id, c.url, c.host, coalesce(p.score, 1.0e6) AS priority, o.etag,
+       o.last_modified, o.record_hash, o.warc_file, o.warc_offset
+FROM wanted w JOIN catalog c USING (url_id) LEFT JOIN plan p USING (url_id)
+     LEFT JOIN last_obs o USING (url_id)
+ORDER BY c.host, priority DESC, w.url_id
+"""
+
+_UNCHANGED_WANTED = """
+SELECT item_url_id AS url_id FROM seen_state WHERE state = 'unchanged'
+"""
+
+_UNCHANGED_ROWS = """
+WITH read_at AS (
+    SELECT s.item_url_id AS url_id, min(h.fetched_at) AS fetched_at
+    FROM seen_state s JOIN listing_rows h ON h.url_id = s.listing_url_id
+    WHERE s.state = 'unchanged'
+    GROUP BY s.item_url_id
+)
+SELECT w.url_id, c.host, $cycle::BIGINT AS cycle_id, r.fetched_at, o.etag, o.last_modified,
+       o.record_hash, o.simhash
+FROM wanted w JOIN catalog c USING (url_id) JOIN read_at r USING (url_id)
+     LEFT JOIN last_obs o USING (url_id)
+ORDER BY w.url_id
+"""
+
+_KNOWN_NOW = """
+SELECT s.item_url_id, s.listing_url_id, s.summary_hash, $cycle::BIGINT AS cycle_id
+FROM seen s
+WHERE s.state = 'unchanged'
+   OR s.item_url_id IN (
+        SELECT url_id FROM history
+        WHERE cycle_id = $cycle AND outcome IN (SELECT unnest($observed)))
+"""
+
+_MERGED = """
+SELECT item_url_id, listing_url_id, summary_hash, cycle_id FROM known
+UNION ALL
+SELECT item_url_id, listing_url_id, summary_hash, cycle_id FROM kept
+WHERE item_url_id NOT IN (SELECT item_url_id FROM known)
+ORDER BY item_url_id
+"""
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _last_observations(
+    con: duckdb.DuckDBPyConnection, wanted: duckdb.DuckDBPyRelation, observed: dict[str, object]
+) -> None:
+    """Register ``last_obs``: the last observation's validators, hash and capture of each
+    page of ``wanted`` (one ``url_id`` column)."""
+    con.register("wanted", wanted.to_arrow_table())
+    con.register("last_obs", con.sql(_LAST_OBS, params=observed).to_arrow_table())
+
+
+def _fetch(
+    root: str | Path,
+    cycle_id: int,
+    name: str,
+    requests: pa.Table,
+    settings: FetchSettings | None,
+    clock: Callable[[], datetime] | None,
+    cost_model: CostModel | str,
+    hasher: Callable[[bytes, str | None, str], RecordDigest],
+) -> pa.Table:
+    path = work_dir(root, cycle_id) / "batches" / f"{name}.parquet"
+    durable_write_parquet(requests, path)
+    try:
+        outcome = run_host_batch(
+            root,
+            cycle_id,
+            name,
+            settings=settings,
+            clock=clock,
+            record_hasher=hasher,
+            cost_model=cost_model,
+        )
+        part = outcome.part
+    except BatchFailedError as exc:  # its rows are errors: nothing seen, pages come back
+        log.warning("cycle %s: the listing pass's %s failed: %s", cycle_id, name, exc)
+        part = str(work_dir(root, cycle_id) / "parts" / f"{name}.parquet")
+    return read_part(part)
+
+
+def _seen_summaries(collector: ListingCollector, rows: pa.Table, kept: pa.Table) -> pa.Table:
+    """Per listed item: (item, listing, summary) read now; a 304 listing's are the kept ones."""
+    item_ids: list[np.ndarray] = []
+    listing_ids: list[np.ndarray] = []
+    hashes: list[np.ndarray] = []
+    for url, items in collector.found.items():
+        item_ids.append(items.url_ids)
+        listing_ids.append(np.full(len(items), url_id(url), dtype=np.int64))
+        hashes.append(items.summary_hashes)
+    if rows.num_rows:
+        same = pc.filter(rows["url_id"], pc.equal(rows["outcome"], "not_modified"))
+        mask = pc.is_in(kept["listing_url_id"], same.combine_chunks()).to_numpy(
+            zero_copy_only=False
+        )
+        item_ids.append(kept["item_url_id"].to_numpy()[mask])
+        listing_ids.append(kept["listing_url_id"].to_numpy()[mask])
+        hashes.append(kept["summary_hash"].to_numpy()[mask])
+    if not item_ids:
+        empty = np.zeros(0, dtype=np.int64)
+        item_ids, listing_ids, hashes = [empty], [empty], [empty]
+    return pa.table(
+        {
+            "item_url_id": pa.array(np.concatenate(item_ids), pa.int64()),
+            "listing_url_id": pa.array(np.concatenate(listing_ids), pa.int64()),
+            "summary_hash": pa.array(np.concatenate(hashes), pa.int64()),
+        }
+    )
+
+
+def _through_endpoints(
+    requests: pa.Table, routes: dict[str, EndpointRoute]
+) -> tuple[pa.Table, pa.Array]:
+    """Requests of endpoint hosts' pages point at the endpoint; which ones do."""
+    urls = requests["url"].to_pylist()
+    hosts = requests["host"].to_pylist()
+    out: list[str] = []
+    through: list[bool] = []
+    for url, host in zip(urls, hosts, strict=True):  # one per page the pass fetches
+        route = routes.get(host)
+        parts = urlsplit(url)
+        path = route.endpoint_path(parts.path) if route is not None else None
+        if path is None:
+            out.append(url)
+            through.append(False)
+            continue
+        try:
+            out.append(normalize(urlunsplit((parts.scheme, parts.netloc, path, "", ""))))
+            through.append(True)
+        except InvalidURLError:
+            out.append(url)
+            through.append(False)
+    moved = pa.array(through, pa.bool_())
+    table = requests.set_column(requests.column_names.index("url"), "url", pa.array(out))
+    # an endpoint's validators are its own: the page's would never match
+    for name in ("etag", "last_modified", "warc_file", "warc_offset"):
+        column = table[name]
+        nulls = pa.nulls(table.num_rows, column.type)
+        table = table.set_column(
+            table.column_names.index(name), name, pc.if_else(moved, nulls, column)
+        )
+    return table, moved
+
+
+def _as_pages(part: Path, requests: pa.Table) -> None:
+    """Rows fetched through an endpoint named by their page's url id (the catalog's)."""
+    rows = read_part(part)
+    endpoint_ids = pa.array([url_id(u) for u in requests["url"].to_pylist()], pa.int64())
+    at = pc.index_in(rows["url_id"], endpoint_ids)
+    page_ids = pc.take(requests["url_id"], at)
+    fixed = pc.if_else(pc.is_null(at), rows["url_id"], page_ids)
+    rows = rows.set_column(rows.column_names.index("url_id"), "url_id", fixed.cast(pa.int64()))
+    table = pq.read_table(part)
+    durable_write_parquet(
+        rows.replace_schema_metadata(table.schema.metadata), part
+    )  # the metadata lists the WARC files the part published
+
+
+def _history_rows(found: pa.Table) -> pa.Table:
+    n = found.num_rows
+    columns = {
+        "url_id": found["url_id"],
+        "host": found["host"],
+        "cycle_id": found["cycle_id"],
+        "fetched_at": found["fetched_at"].cast(HISTORY_SCHEMA.field("fetched_at").type),
+        "outcome": pa.array(["not_modified"] * n, pa.string()),
+        "record_hash": found["record_hash"],
+        "simhash": found["simhash"],
+        "etag": found["etag"],
+        "last_modified": found["last_modified"],
+        "bytes": pa.array(np.zeros(n, dtype=np.int64)),
+        "cost": pa.array(np.zeros(n)),
+        "retries": pa.array(np.zeros(n, dtype=np.int16)),
+        "reason": pa.array([UNCHANGED_REASON] * n, pa.string()),
+    }
+    return pa.Table.from_arrays(
+        [
+            columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type)
+            for f in HISTORY_SCHEMA
+        ],
+        schema=HISTORY_SCHEMA,
+    )
+
+
+def _take_from_batches(stock: list[BatchSpec], taken: pa.Array) -> int:
+    """Remove ``taken`` pages from the planner's batch files; how many were there."""
+    removed = 0
+    for spec in stock:
+        path = Path(spec.path)
+        batch = pq.read_table(path)
+        there = pc.is_in(batch["url_id"], taken)
+        count = int(pc.sum(there).as_py() or 0)
+        if count:
+            durable_write_parquet(batch.filter(pc.invert(there)), path)
+            removed += count
+    return removed
+
+
+def _spec(folder: Path, name: str, requests: pa.Table) -> BatchSpec:
+    hosts = tuple(dict.fromkeys(requests["host"].to_pylist()))
+    return BatchSpec(name, str(folder / "batches" / f"{name}.parquet"), hosts, requests.num_rows)
+
+
+def _append_to_index(folder: Path, specs: list[BatchSpec]) -> None:
+    index = folder / INDEX
+    data = json.loads(index.read_text())
+    names = {s.name for s in specs}
+    batches = [b for b in data["batches"] if b["name"] not in names]
+    data["batches"] = batches + [asdict(s) for s in specs]
+    durable_write_text(index, json.dumps(data))
+
+
+def _clean(folder: Path) -> None:
+    """What a crashed pass left (its parts were never named by the index)."""
+    for name in (LISTINGS_BATCH, ITEMS_BATCH, UNCHANGED_BATCH):
+        for sub in ("batches", "parts"):
+            (folder / sub / f"{name}.parquet").unlink(missing_ok=True)
+    shutil.rmtree(folder / "listings", ignore_errors=True)
+
+
+def _read_done(path: Path) -> ListingPass:
+    data = json.loads(path.read_text())
+    data["hosts"] = tuple(data.get("hosts", ()))
+    return ListingPass(**data)
