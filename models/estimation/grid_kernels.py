@@ -29,6 +29,7 @@ Pure numpy; nothing here knows about priors or groups beyond the arrays it is gi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -43,6 +44,8 @@ IntArray = NDArray[np.int64]
 _SUB = 1024
 #: ``h^2 / 8 * max|L''|`` for the grid's step: the bound per unit of node weight
 _MAX_L2 = 0.41253161886308504
+#: ``max|d^2/dy^2 s(e^y)|`` for ``s(x) = (1 - exp(-x)) / x`` (0.15899 at y = 1.546), rounded up
+_MAX_S2 = 0.1590
 #: below this ``e^y``, ``L(y) = y - e^y / 2`` to ~1e-17 (the next term is ``x^2 / 24``)
 _SMALL_X = 1e-8
 #: pages per sub-block: the ``(pages, grid)`` temporaries stay in the L2/L3 caches
@@ -57,6 +60,12 @@ def changed_loglik_error(grid: FloatArray) -> float:
     return h * h / 8.0 * _MAX_L2
 
 
+def fresh_share_error(grid: FloatArray) -> float:
+    """The bound of ``posterior_fresh_share``'s table error (absolute, on a share in [0, 1])."""
+    h = float(grid[1] - grid[0]) / _SUB
+    return h * h / 8.0 * _MAX_S2
+
+
 def _l_of_y(y: FloatArray) -> FloatArray:
     x = np.exp(y)
     with np.errstate(divide="ignore"):
@@ -64,14 +73,69 @@ def _l_of_y(y: FloatArray) -> FloatArray:
     return np.where(x < _SMALL_X, y - 0.5 * x, exact)
 
 
+def _fresh_share_of_y(y: FloatArray) -> FloatArray:
+    """``s(x) = (1 - exp(-x)) / x`` at ``x = e^y`` (1 - x/2 below ``_SMALL_X``)."""
+    x = np.exp(y)
+    return np.where(x < _SMALL_X, 1.0 - 0.5 * x, -np.expm1(-x) / np.maximum(x, 1e-300))
+
+
+_TABLE_FUNCTIONS = {"changed": _l_of_y, "fresh_share": _fresh_share_of_y}
+
+
 @lru_cache(maxsize=8)
-def _table(y0: float, step: float, columns: int) -> tuple[FloatArray, FloatArray]:
-    """``L`` at ``y0 + c step + k step / _SUB`` (rows k = 0.._SUB, columns c), flattened
-    row-major, and each row's difference to the next (for linear interpolation)."""
+def _table(
+    y0: float, step: float, columns: int, kind: str = "changed"
+) -> tuple[FloatArray, FloatArray]:
+    """``L`` (or the ``kind`` of ``_TABLE_FUNCTIONS``) at ``y0 + c step + k step / _SUB``
+    (rows k = 0.._SUB, columns c), flattened row-major, and each row's difference to the
+    next (for linear interpolation)."""
     k = np.arange(_SUB + 1)[:, None] * (step / _SUB)
     c = np.arange(columns)[None, :] * step
-    values = _l_of_y(y0 + c + k)
+    values = _TABLE_FUNCTIONS[kind](y0 + c + k)
     return values[:-1].ravel(), np.diff(values, axis=0).ravel()
+
+
+@dataclass(frozen=True)
+class _GridRows:
+    """``F(log t + grid_j)`` for every ``t`` of a batch, read from ``_table`` rows.
+
+    A ``t``'s ``n_grid`` values sit in one table row, columns ``q .. q + n_grid - 1``; they
+    are gathered as one row of a sliding window (a copy, no index array) and linearly
+    interpolated between sub-rows ``k`` and ``k + 1`` with weight ``alpha``.
+    """
+
+    base: IntArray
+    alpha: FloatArray
+    values: FloatArray  # (table rows x columns, n_grid) sliding windows
+    diffs: FloatArray
+
+    @classmethod
+    def of(cls, log_t: FloatArray, grid: FloatArray, kind: str) -> _GridRows:
+        n_grid = grid.shape[0]
+        step = float(grid[1] - grid[0])
+        # y = log t + grid_j = y0 + (q + j) step + (k + alpha) step / _SUB
+        z_low = float(np.floor((log_t.min() + grid[0]) / step)) - 1.0
+        y0 = z_low * step
+        z = (log_t + grid[0] - y0) / step
+        q = np.floor(z)
+        frac = (z - q) * _SUB
+        k = np.minimum(np.floor(frac), _SUB - 1)
+        columns = int(q.max()) + n_grid + 1
+        values, diffs = _table(y0, step, columns, kind)
+        return cls(
+            (k * columns + q).astype(np.int64),
+            frac - k,
+            sliding_window_view(values, n_grid),
+            sliding_window_view(diffs, n_grid),
+        )
+
+    def rows(self, part: IntArray | slice) -> FloatArray:
+        """The interpolated rows of the ``t``s at ``part`` (a new array)."""
+        at = self.base[part]
+        out: FloatArray = self.diffs[at]
+        out *= self.alpha[part, None]
+        out += self.values[at]
+        return out
 
 
 def changed_loglik(
@@ -82,27 +146,10 @@ def changed_loglik(
     ``rows`` (node -> output row) need not be sorted; ``grid`` is an evenly spaced log-rate
     grid. Off by at most ``changed_loglik_error(grid)`` per unit of weight.
     """
-    n_grid = grid.shape[0]
-    step = float(grid[1] - grid[0])
-    out = np.zeros((n_rows, n_grid))
+    out = np.zeros((n_rows, grid.shape[0]))
     if rows.shape[0] == 0:
         return out
-    log_t = np.log(np.maximum(days, 1e-300))
-    # columns of the table: y = log t + grid_j = y0 + (q + j) step + (k + alpha) step/_SUB
-    z_low = float(np.floor((log_t.min() + grid[0]) / step)) - 1.0
-    y0 = z_low * step
-    z = (log_t + grid[0] - y0) / step
-    q = np.floor(z)
-    frac = (z - q) * _SUB
-    k = np.minimum(np.floor(frac), _SUB - 1)
-    alpha = frac - k
-    columns = int(q.max()) + n_grid + 1
-    values, diffs = _table(y0, step, columns)
-    # a node's n_grid table entries are consecutive (one row k, columns q..q+n_grid-1):
-    # gathered as rows of a sliding window, a copy per node, no (nodes, grid) index array
-    base = (k * columns + q).astype(np.int64)
-    value_rows = sliding_window_view(values, n_grid)
-    diff_rows = sliding_window_view(diffs, n_grid)
+    table = _GridRows.of(np.log(np.maximum(days, 1e-300)), grid, "changed")
     # nodes of one page are added rank by rank, so each rank's rows are distinct (the
     # first rank is written, not added: its rows are distinct and the table starts at 0)
     ordered = bool((rows[1:] >= rows[:-1]).all())  # as _PageGrid.build gives them
@@ -115,10 +162,7 @@ def changed_loglik(
         nodes = order[rank == r]
         for lo in range(0, nodes.shape[0], _BLOCK):
             part = nodes[lo : lo + _BLOCK]
-            at = base[part]
-            contrib = diff_rows[at]
-            contrib *= alpha[part, None]
-            contrib += value_rows[at]
+            contrib = table.rows(part)
             contrib *= weight[part, None]
             if r == 0:
                 out[rows[part]] = contrib
@@ -133,6 +177,20 @@ def grid_weights(loglik: FloatArray) -> tuple[FloatArray, FloatArray]:
     weights = loglik - top[:, None]
     np.exp(weights, out=weights)
     return top, weights
+
+
+def _gamma_factors(
+    shape: FloatArray, rate: FloatArray, grid: FloatArray
+) -> tuple[IntArray, FloatArray, FloatArray]:
+    """One row ``exp(a g_j - b r_j - offset)`` per distinct ``(a, b)`` (its maximum 1), the
+    row of each page and each row's offset."""
+    distinct, which = np.unique(shape + 1j * rate, return_inverse=True)
+    factors = np.multiply.outer(distinct.real, grid)
+    factors -= np.multiply.outer(distinct.imag, np.exp(grid))
+    offset = factors.max(axis=1)
+    factors -= offset[:, None]
+    np.exp(factors, out=factors)
+    return which.reshape(-1), factors, offset
 
 
 def gamma_log_marginal(
@@ -151,14 +209,7 @@ def gamma_log_marginal(
     if n == 0:
         return out
     rates = np.exp(grid)
-    pair = shape + 1j * rate
-    distinct, which = np.unique(pair, return_inverse=True)
-    which = which.reshape(-1)
-    factors = np.multiply.outer(distinct.real, grid)
-    factors -= np.multiply.outer(distinct.imag, rates)
-    offset = factors.max(axis=1)
-    factors -= offset[:, None]
-    np.exp(factors, out=factors)
+    which, factors, offset = _gamma_factors(shape, rate, grid)
     for lo in range(0, n, _BLOCK):
         hi = min(lo + _BLOCK, n)
         rows = which[lo:hi]
@@ -192,6 +243,58 @@ def histogram_moments(
     mean = sums[:, 1] / total
     var = sums[:, 2] / total - mean * mean
     return np.log(total) + top + shift, mean, np.sqrt(np.maximum(var, 0.0))
+
+
+def posterior_fresh_share(
+    loglik: FloatArray,
+    shape: FloatArray,
+    rate: FloatArray,
+    prior: FloatArray,
+    odd: FloatArray,
+    interval: FloatArray,
+    grid: FloatArray,
+) -> FloatArray:
+    """Per row, the posterior mean of ``s(interval r) = (1 - exp(-interval r)) / (interval r)``
+    (the share of an interval a copy stays fresh) under the two-component posterior
+    ``(1 - odd) post_gamma + odd post_prior``: ``post_gamma ~ exp(loglik) r^shape
+    exp(-rate r)`` and ``post_prior ~ exp(loglik) prior``, both normalized on the grid.
+
+    One exp per row and grid point (``exp(loglik - top)``, shared by both components); the
+    Gamma's factors one row per distinct ``(shape, rate)``; ``s`` read from a table in
+    ``log interval + g`` (within ``fresh_share_error(grid)``, so the share is too: it is a
+    convex combination of those values). Rows whose Gamma sum underflows are summed directly.
+    """
+    n = loglik.shape[0]
+    out = np.empty(n)
+    if n == 0:
+        return out
+    rates = np.exp(grid)
+    which, factors, _ = _gamma_factors(shape, rate, grid)
+    log_prior = np.log(np.maximum(prior, 1e-300))
+    scaled = np.exp(log_prior - log_prior.max())[None, :]
+    shares = _GridRows.of(np.log(np.maximum(interval, 1e-300)), grid, "fresh_share")
+    for lo in range(0, n, _BLOCK):
+        hi = min(lo + _BLOCK, n)
+        weights = loglik[lo:hi] - loglik[lo:hi].max(axis=1)[:, None]
+        np.exp(weights, out=weights)
+        s_rows = shares.rows(slice(lo, hi))
+        q = factors[which[lo:hi]]
+        total = np.einsum("ij,ij->i", weights, q)
+        odd_total = _dot_rows(weights, scaled)[:, 0]
+        s_rows *= weights  # W s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            regular = np.einsum("ij,ij->i", s_rows, q) / total
+        odd_share = _dot_rows(s_rows, scaled)[:, 0] / odd_total
+        small = np.flatnonzero(~(total > _TINY))
+        if small.shape[0]:
+            rows = lo + small
+            log_post = loglik[rows] + shape[rows, None] * grid - rate[rows, None] * rates
+            post = np.exp(log_post - log_post.max(axis=1)[:, None])
+            s_small = shares.rows(rows)
+            regular[small] = np.einsum("ij,ij->i", post, s_small) / post.sum(axis=1)
+        p = odd[lo:hi]
+        out[lo:hi] = (1.0 - p) * regular + p * odd_share
+    return out
 
 
 # ------------------------------------------------------------------ quiet pages
