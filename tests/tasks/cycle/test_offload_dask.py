@@ -3,6 +3,8 @@ and WARC writing on Dask workers store what the inline batch stores."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,26 +31,98 @@ def sandbox_web():
 
 
 @pytest.fixture(scope="module")
-def dask_pool() -> Iterator[DaskContentPool]:
+def cluster() -> Iterator[Any]:
     from distributed import LocalCluster
 
     # threads, not processes: the same calls, and seconds less to start in the test suite
     # (the benchmark runs worker processes)
     with LocalCluster(
         n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
-    ) as cluster:
-        pool = DaskContentPool(cluster.scheduler_address, queue_items=2)
-        yield pool
-        pool.close()
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def dask_pool(cluster: Any) -> Iterator[DaskContentPool]:
+    pool = DaskContentPool(cluster.scheduler_address, queue_items=2)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def chunked_pool(cluster: Any) -> Iterator[DaskContentPool]:
+    pool = DaskContentPool(cluster.scheduler_address, queue_items=16, chunk_items=8)
+    yield pool
+    pool.close()
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def _slow_square(x: int) -> int:
+    time.sleep(0.02)
+    return x * x
+
+
+def _run_items(
+    pool: DaskContentPool, calls: list[tuple[Any, tuple[Any, ...]]]
+) -> tuple[dict[int, Any], int]:
+    """Submit every call from one thread; the answers by job and the most items seen in
+    flight right after a submission."""
+    answers: dict[int, Any] = {}
+    lock = threading.Lock()
+    all_in = threading.Event()
+
+    def landed(job: int, ok: bool, value: Any) -> None:
+        with lock:
+            answers[job] = (ok, value)
+            if len(answers) == len(calls):
+                all_in.set()
+
+    most = 0
+    jobs = []
+    for function, args in calls:
+        jobs.append(pool.submit(_CALL, "", (function, args), landed))
+        most = max(most, pool.in_flight())
+    assert all_in.wait(120)
+    return {i: answers[job] for i, job in enumerate(jobs)}, most
 
 
 def _raise(message: str) -> None:
     raise ValueError(message)
 
 
+def test_items_go_in_chunks_each_answered_on_its_own(chunked_pool):
+    """40 items in chunks of up to 8: a handful of Dask tasks, not 40; one raising item
+    is its own answer, not its chunk's."""
+    calls: list[tuple[Any, tuple[Any, ...]]] = [(_square, (i,)) for i in range(40)]
+    calls[13] = (_raise, ("bad page",))
+    answers, _ = _run_items(chunked_pool, calls)
+    assert answers[13] == (False, "ValueError: bad page")
+    assert all(answers[i] == (True, i * i) for i in range(40) if i != 13)
+    assert chunked_pool.chunks_sent <= 10  # 5 full chunks, a few sent early by the linger
+    assert chunked_pool.in_flight() == 0
+
+
+def test_a_lone_item_is_sent_after_the_linger(chunked_pool):
+    answers, _ = _run_items(chunked_pool, [(_square, (7,))])  # a chunk never filled
+    assert answers == {0: (True, 49)}
+    assert chunked_pool.chunks_sent == 1
+
+
+def test_items_in_flight_never_exceed_the_bound(chunked_pool):
+    """The backpressure rule holds with chunks: a submitter waits once workers x
+    queue_items items are waiting, sent or being worked."""
+    answers, most = _run_items(chunked_pool, [(_slow_square, (i,)) for i in range(60)])
+    assert all(answers[i] == (True, i * i) for i in range(60))
+    assert chunked_pool.limit == 2 * 16
+    assert most <= chunked_pool.limit
+    assert most > chunked_pool.chunk_items  # more than one chunk was in flight at once
+
+
 def test_an_exception_on_a_dask_worker_is_the_items_answer(dask_pool):
     answers: list[tuple[bool, Any]] = []
-    import threading
 
     done = threading.Event()
 
