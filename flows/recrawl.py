@@ -72,6 +72,7 @@ from tasks.cycle.work import (
     discard_work,
     engine_state,
     fixed_clock,
+    host_shard,
     read_batch_metrics,
     read_batches,
     run_host_batch,
@@ -81,6 +82,12 @@ from tasks.cycle.work import (
 from tasks.fetch.batch_slots import BATCH_THREADS, batch_slots
 from tasks.fetch.engine import EngineState
 from tasks.fetch.settings import FetchSettings
+from tasks.listings.cycle import (
+    apply_listing_summaries,
+    listings_pending,
+    pass_hosts,
+    run_listing_pass,
+)
 from tasks.reports.cycle_report import (
     cycle_numbers,
     embed_plots,
@@ -230,6 +237,54 @@ def pacing_left_s(state: EngineState, hosts: Iterable[str], now: float) -> float
     return max(0.0, max(ends, default=now) - now)
 
 
+@task(name="listing-pass", cache_policy=NO_CACHE)
+def listing_pass_task(
+    root: str,
+    cycle: int,
+    fetch: dict[str, Any] | None = None,
+    at: datetime | None = None,
+    cost_model: str = "credits",
+    host_shards: int = 0,
+) -> dict[str, Any]:
+    """Declared listings read first: the items they show changed are fetched, the others
+    recorded unchanged and left out of the planner's batches; endpoint hosts' pages fetched
+    through their JSON (``tasks.listings.cycle``). Holds its hosts' slots like a batch."""
+    started = time.time()
+    settings = FetchSettings(**(fetch or {})).with_secrets()
+    hosts = pass_hosts(root)
+    tags = {
+        f"hostshard:{host_shard(h, host_shards)}" if host_shards else f"host:{h}" for h in hosts
+    }
+    with batch_slots(sorted(tags), holder=_task_run_id()):
+        try:
+            done = run_listing_pass(
+                root,
+                cycle,
+                settings=settings,
+                clock=fixed_clock(at) if at is not None else None,
+                cost_model=cost_model,
+            )
+        finally:
+            time.sleep(pacing_left_s(engine_state(settings), hosts, time.monotonic()))
+    run_logger().info(
+        "listings: %d of %d read; items %d unchanged (not fetched), %d changed, %d new; "
+        "%d pages through their endpoint",
+        done.listings_read,
+        done.listings,
+        done.unchanged,
+        done.changed,
+        done.new,
+        done.through_endpoint,
+    )
+    return {**asdict(done), "started": started, "ended": time.time()}
+
+
+@task(name="listing-summaries", cache_policy=NO_CACHE)
+def listing_summaries_task(root: str, cycle: int) -> int:
+    """After the commit: keep the summaries of the items whose state the cycle knows."""
+    return apply_listing_summaries(root, cycle)
+
+
 @task(name="commit-cycle", cache_policy=NO_CACHE)
 def commit_cycle_task(root: str, cycle: int, at: datetime | None = None) -> CycleCommit:
     return commit_cycle(root, cycle, clock=fixed_clock(at) if at is not None else None)
@@ -375,6 +430,8 @@ def recrawl_flow(
     if state == "committed" and not replace:
         if content_pending(work_dir(root, cycle_id)):  # a crash came right after the commit
             cycle_content_task(root, cycle_id, at)
+        if listings_pending(root, cycle_id):  # nor were its listing summaries kept
+            listing_summaries_task(root, cycle_id)
         discard_work(root, cycle_id)
         logger.info(
             "cycle %s is already committed; nothing to do (replace=True redoes it)", cycle_id
@@ -407,11 +464,17 @@ def recrawl_flow(
         timings["split"] = (split["started"], split["ended"])
     limits = host_limits_task(sorted({tag for spec in specs for tag in spec.tags}))
     timings["limits"] = (limits["started"], limits["ended"])
+    listing = None
+    if pass_hosts(root):  # listings or endpoints declared: read before the batches
+        listing = listing_pass_task(root, cycle_id, fetch, at, cost_model, host_shards)
+        timings["listings"] = (listing.pop("started"), listing.pop("ended"))
 
     outcomes, failed = _fetch_batches(
         root, cycle_id, specs, fetch, at, cost_model, window_s, content_workers, dask_address
     )
     commit = commit_cycle_task(root, cycle_id, at)
+    if listing is not None:
+        listing["kept_summaries"] = listing_summaries_task(root, cycle_id)
     content = cycle_content_task(root, cycle_id, at)
     report = report_cycle_task(root, cycle_id, plan_path, cost_model, len(failed), at, prior)
     summary = {
@@ -427,6 +490,7 @@ def recrawl_flow(
         "crashed_runs": list(crashed_runs),
         "links_added": content["links_added"],
         "near_duplicate_clusters": content["clusters"],
+        "listing_pass": listing,
         "task_windows": [
             *[(name, *window) for name, window in timings.items()],
             *[(o.name, o.started, o.ended) for o in outcomes],
