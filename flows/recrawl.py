@@ -2,7 +2,8 @@
 
 Shape of a run:
 
-1. ``plan-cycle`` writes the plan Parquet; ``split-plan`` cuts it into host batches under
+1. ``refresh-signals`` reads the due hosts' sitemaps and feeds (cheap change signals,
+   ``tasks.discovery.signals``), then ``plan-cycle`` writes the plan Parquet; ``split-plan`` cuts it into host batches under
    ``<root>/_work/cycle=<id>/`` (``tasks.cycle.work``). A re-run of a cycle that crashed resumes
    its split; a cycle already committed is left alone unless ``replace``.
 2. ``host-limits`` creates or checks the ``tag:host:<h>`` concurrency limits and repairs
@@ -19,7 +20,9 @@ Shape of a run:
    ``error`` rows, so a failed host batch never fails the cycle and its pages come back.
    ``cycle-content`` then lands the fetched pages' new links in the catalog, honours their
    ``rel="canonical"`` and flags near-duplicates (``tasks.cycle.content``); a re-run of a
-   cycle committed just before a crash does it then.
+   cycle committed just before a crash does it then. ``signal-evidence`` labels the signals
+   the plan saw with what the fetches found (each host's trust in them), ``probe-render``
+   judges which of the cycle's hosts need a browser (``tasks.render.hosts``).
 5. ``report-cycle`` writes the numbers, plots and the keyed artifacts.
 
 Sync flow, sync tasks, a thread pool: an async task called from a sync flow would return a
@@ -31,7 +34,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 from urllib.parse import urlsplit
 from uuid import UUID
@@ -79,6 +82,8 @@ from tasks.cycle.work import (
     split_plan,
     work_dir,
 )
+from tasks.discovery.lastmod_trust import record_signal_evidence
+from tasks.discovery.signals import refresh_signals_sync
 from tasks.fetch.batch_slots import BATCH_THREADS, batch_slots
 from tasks.fetch.engine import EngineState
 from tasks.fetch.settings import FetchSettings
@@ -88,6 +93,7 @@ from tasks.listings.cycle import (
     pass_hosts,
     run_listing_pass,
 )
+from tasks.render.hosts import probe_cycle_hosts
 from tasks.reports.cycle_report import (
     cycle_numbers,
     embed_plots,
@@ -298,6 +304,43 @@ def cycle_content_task(root: str, cycle: int, at: datetime | None = None) -> dic
     return {**asdict(result), "started": started, "ended": time.time()}
 
 
+@task(name="refresh-signals", cache_policy=NO_CACHE)
+def refresh_signals_task(
+    root: str, at: datetime | None = None, fetch: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The due hosts' sitemaps (lastmod into the catalog) and feeds, read before the plan."""
+    started = time.time()
+    done = refresh_signals_sync(root, at or datetime.now(UTC), fetch=FetchSettings(**(fetch or {})))
+    run_logger().info(
+        "signals: %d of %d hosts read, %d lastmods updated, %d feeds read (%d entries)",
+        done.due,
+        done.hosts,
+        done.sitemap_pages_updated,
+        done.feeds.read,
+        done.feeds.entries,
+    )
+    return {**asdict(done), "started": started, "ended": time.time()}
+
+
+@task(name="signal-evidence", cache_policy=NO_CACHE)
+def signal_evidence_task(root: str, cycle: int) -> dict[str, int]:
+    """What the cycle's fetches found against the signals its plan saw (after the commit)."""
+    return record_signal_evidence(root, cycle)
+
+
+@task(name="probe-render", cache_policy=NO_CACHE)
+def probe_render_task(
+    root: str, cycle: int, at: datetime | None = None, fetch: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Which of the cycle's hosts need a browser, for the hosts due (after the commit)."""
+    probe = probe_cycle_hosts(
+        root, cycle, at or datetime.now(UTC), settings=FetchSettings(**(fetch or {}))
+    )
+    if probe.skipped and probe.due:
+        run_logger().info("render probe of %d hosts skipped: %s", probe.due, probe.skipped)
+    return asdict(probe)
+
+
 @task(name="report-cycle", cache_policy=NO_CACHE)
 def report_cycle_task(
     root: str,
@@ -390,6 +433,8 @@ def recrawl_flow(
     replace: bool = False,
     seed: int | None = None,
     prior: PriorName = "mixture",
+    signals: bool = True,
+    render_probe: bool = True,
 ) -> dict[str, Any]:
     """One recrawl cycle (see the module docstring).
 
@@ -408,6 +453,12 @@ def recrawl_flow(
     that many worker processes of the flow's process, fed through bounded queues
     (``tasks.cycle.offload``); ``dask_address`` on a Dask cluster instead
     (``tasks.cycle.offload_dask``). Default: inline, in the batch's thread.
+    ``signals``: before the plan, the due hosts' sitemaps and feeds are read
+    (``refresh-signals``, ``tasks.discovery.signals``); after the commit, what the fetches
+    found is recorded against them (``signal-evidence``), so each host's trust is learned
+    and the next plans reorder its revisits by them. ``render_probe``: after the commit, the
+    cycle's hosts due for a rendering verdict are probed (``probe-render``; nothing without
+    a Chromium), so the next cycles render the hosts that need it.
     """
     if content_workers < 0:
         raise ValueError(f"content_workers must be >= 0, got {content_workers}")
@@ -444,6 +495,9 @@ def recrawl_flow(
         logger.info("resuming cycle %s: %d batches already split", cycle_id, len(specs))
     else:
         discard_work(root, cycle_id)
+        if signals:
+            refreshed = refresh_signals_task(root, at, fetch)
+            timings["signals"] = (refreshed["started"], refreshed["ended"])
         planned = plan_cycle_task(
             root,
             cycle_id,
@@ -476,6 +530,8 @@ def recrawl_flow(
     if listing is not None:
         listing["kept_summaries"] = listing_summaries_task(root, cycle_id)
     content = cycle_content_task(root, cycle_id, at)
+    evidence = signal_evidence_task(root, cycle_id) if signals else {}
+    rendering = probe_render_task(root, cycle_id, at, fetch) if render_probe else {}
     report = report_cycle_task(root, cycle_id, plan_path, cost_model, len(failed), at, prior)
     summary = {
         "cycle": cycle_id,
@@ -491,6 +547,8 @@ def recrawl_flow(
         "links_added": content["links_added"],
         "near_duplicate_clusters": content["clusters"],
         "listing_pass": listing,
+        "signal_evidence": evidence,
+        "render_probe": rendering,
         "task_windows": [
             *[(name, *window) for name, window in timings.items()],
             *[(o.name, o.started, o.ended) for o in outcomes],

@@ -13,6 +13,8 @@ from models.lazy_exports import lazy_exports
 _FACES = {
     "probe_render_need": "hosts",
     "probe_due_hosts": "hosts",
+    "probe_cycle_hosts": "hosts",
+    "CycleProbe": "hosts",
     "RenderHosts": "hosts",
     "render_rows": "rows",
     "render_batch_rows": "rows",

@@ -6,7 +6,9 @@ in the browser pool, extracts both with the same rules and lets
 ``models.discovery.render_need.judge_render_need`` decide. ``RenderHosts`` is the verdicts
 on disk (one durable JSON file: host -> verdict, probed-at time); the cycle reads it to know
 which rows to render, and a host whose verdict is older than ``max_age`` is probed again
-(sites move to and from client-side rendering).
+(sites move to and from client-side rendering). ``probe_cycle_hosts(root, cycle_id, now)`` is
+the recrawl cycle's step after its commit: the due hosts among those it fetched, on pages it
+fetched, at most ``max_hosts`` a cycle, and nothing at all without a Chromium.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from models.content.extract_rules import ExtractionRules
 from models.discovery.render_need import RenderVerdict, judge_render_need, record_richness
 from models.discovery.urls import InvalidURLError, normalize
 from tasks.fetch.engine import FetchRequest, fetch_batch
-from tasks.fetch.render import BrowserPool, RenderSettings
+from tasks.fetch.render import BrowserPool, RenderSettings, browser_executable
 from tasks.fetch.rows import record_hash
 from tasks.fetch.settings import FetchSettings
+from tasks.store.catalog import CatalogStore
 from tasks.store.durable import durable_write_text
+from tasks.store.history import HistoryStore, connect
 
 RENDER_HOSTS_FILE = Path("signals") / "render_hosts.json"
 
@@ -177,3 +181,57 @@ def probe_due_hosts(
     updated = known.merged(asyncio.run(probe()), now)
     updated.write(root)
     return updated
+
+
+def cycle_pages_by_host(
+    root: str | Path, cycle_id: int, *, per_host: int = 3
+) -> dict[str, list[str]]:
+    """Up to ``per_host`` pages per host the cycle fetched ``ok`` (their catalog URLs), by
+    DuckDB over the cycle's history rows and the catalog."""
+    con = connect()
+    con.register("history", HistoryStore(root).relation(con))
+    con.register("catalog", CatalogStore(root).relation(con))
+    rows = con.sql(
+        """SELECT host, list(url ORDER BY url_id)[1:$k] AS urls FROM (
+               SELECT h.host, h.url_id, c.url FROM history h JOIN catalog c USING (url_id)
+                WHERE h.cycle_id = $cycle AND h.outcome = 'ok')
+           GROUP BY host ORDER BY host""",
+        params={"cycle": int(cycle_id), "k": int(per_host)},
+    ).fetchall()
+    return {host: list(urls) for host, urls in rows}
+
+
+@dataclass(frozen=True)
+class CycleProbe:
+    hosts: int  # hosts the cycle fetched
+    due: int  # of them, due for a probe
+    probed: int
+    rendered: int  # hosts known to need rendering afterwards
+    skipped: str = ""  # why nothing was probed (no browser), if so
+
+
+def probe_cycle_hosts(
+    root: str | Path,
+    cycle_id: int,
+    now: datetime,
+    *,
+    settings: FetchSettings | None = None,
+    max_age: timedelta = timedelta(days=30),
+    max_hosts: int = 20,
+    sample: int = 3,
+) -> CycleProbe:
+    """The cycle's step after its commit: probe up to ``max_hosts`` of the hosts it fetched
+    whose verdict is missing, undecided or older than ``max_age``, on pages it fetched.
+
+    Without a Chromium nothing is probed (``skipped`` says so) and plain HTTP stays.
+    """
+    pages = cycle_pages_by_host(root, cycle_id, per_host=sample)
+    known = RenderHosts.read(root)
+    due = known.due(list(pages), now, max_age)
+    chosen = {h: pages[h] for h in due[:max_hosts]}
+    if not chosen:
+        return CycleProbe(len(pages), len(due), 0, len(known.rendered))
+    if browser_executable() is None:
+        return CycleProbe(len(pages), len(due), 0, len(known.rendered), "no Chromium installed")
+    after = probe_due_hosts(root, chosen, now, max_age=max_age, settings=settings, sample=sample)
+    return CycleProbe(len(pages), len(due), len(chosen), len(after.rendered))
