@@ -37,20 +37,24 @@ OUTCOME_MEANINGS: dict[str, str] = {
     "tls_error": "the TLS handshake failed (bad certificate, not TLS at all)",
     "bad_response": "not valid HTTP (status line, headers, framing)",
     "truncated": "the connection broke mid-body (reset, shorter than Content-Length)",
+    # Cheap signals (issue 20): seen without fetching the page itself.
+    "listing_unchanged": "its listing page showed the item's summary unchanged: not fetched",
 }
 #: The vocabulary, in its documented order (``HISTORY_SCHEMA``'s ``outcome`` is one of these).
 OUTCOMES: tuple[str, ...] = tuple(OUTCOME_MEANINGS)
 
 #: The page's content was seen, so whether it changed can be judged (the only outcomes
-#: that are observations; every other one says nothing about change).
-OBSERVED = frozenset({"ok", "not_modified"})
+#: that are observations; every other one says nothing about change). An item its listing
+#: showed unchanged is a cheap observation of no change (its summary is what the listing
+#: shows: a change outside the summary is missed, as a 304 from a careless server would).
+OBSERVED = frozenset({"ok", "not_modified", "listing_unchanged"})
 #: A scraping API bills it (the credits cost model, and the fetcher's default cost hook in
 #: API mode): the page was delivered, a 304 included; failures and errors are free. The
 #: bandwidth model prices bytes whatever the outcome.
 BILLED = frozenset({"ok", "not_modified"})
 #: No request left the machine: it costs nothing and says nothing of the host's health;
 #: pricing and reports count these apart from the requests sent.
-NOT_SENT = frozenset({"shed", "robots_denied", "refused_address"})
+NOT_SENT = frozenset({"shed", "robots_denied", "refused_address", "listing_unchanged"})
 #: The host is struggling or pushing back: counts against its health (the cost model's
 #: health multiplier).
 UNHEALTHY = frozenset({"throttled", "timeout", "error", "tls_error", "bad_response", "truncated"})

@@ -31,6 +31,7 @@ PLACED: dict[str, set[str]] = {
     "redirect": set(),
     "robots_denied": {"NOT_SENT", "OFF_HOST_RECORD"},
     "shed": {"NOT_SENT", "STRAINED"},
+    "listing_unchanged": {"OBSERVED", "NOT_SENT"},
     "too_large": set(),
     "bad_content_type": set(),
     "decompression_bomb": set(),
