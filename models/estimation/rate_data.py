@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -144,14 +145,17 @@ class PageMoments:
         """``(aged_count, aged_days)`` per page, zeros when there are none."""
         return _ages(self.aged_count, self.aged_days, self.size)
 
-    @property
+    # the derived per-page sums are computed once (the fields are never changed): callers
+    # index them block by block, which would otherwise pay a pass over every page a block
+
+    @cached_property
     def all_changed(self) -> IntArray:
         """Changed intervals, with or without an age (what a report calls changes seen)."""
         if self.aged_changed is None:
             return self.n_changed
         return self.n_changed + self.aged_changed
 
-    @property
+    @cached_property
     def observed_days(self) -> FloatArray:
         """Days between observations (the aged changed intervals included)."""
         if self.aged_changed_days is None:
