@@ -251,10 +251,12 @@ def listing_pass_task(
     at: datetime | None = None,
     cost_model: str = "credits",
     host_shards: int = 0,
+    budget: float | None = None,
 ) -> dict[str, Any]:
     """Declared listings read first: the items they show changed are fetched, the others
     recorded unchanged and left out of the planner's batches; endpoint hosts' pages fetched
-    through their JSON (``tasks.listings.cycle``). Holds its hosts' slots like a batch."""
+    through their JSON (``tasks.listings.cycle``). Holds its hosts' slots like a batch.
+    ``budget``: the cycle's; the pass spends first, the planner's batches keep what fits."""
     started = time.time()
     settings = FetchSettings(**(fetch or {})).with_secrets()
     hosts = pass_hosts(root)
@@ -269,6 +271,7 @@ def listing_pass_task(
                 settings=settings,
                 clock=fixed_clock(at) if at is not None else None,
                 cost_model=cost_model,
+                budget=budget,
             )
         finally:
             time.sleep(pacing_left_s(engine_state(settings), hosts, time.monotonic()))
@@ -520,7 +523,7 @@ def recrawl_flow(
     timings["limits"] = (limits["started"], limits["ended"])
     listing = None
     if pass_hosts(root):  # listings or endpoints declared: read before the batches
-        listing = listing_pass_task(root, cycle_id, fetch, at, cost_model, host_shards)
+        listing = listing_pass_task(root, cycle_id, fetch, at, cost_model, host_shards, budget)
         timings["listings"] = (listing.pop("started"), listing.pop("ended"))
 
     outcomes, failed = _fetch_batches(

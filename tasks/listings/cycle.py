@@ -150,8 +150,14 @@ def run_listing_pass(
     clock: Callable[[], datetime] | None = None,
     cost_model: CostModel | str = "credits",
     fields: EndpointFields = PRODUCT_FIELDS,
+    budget: float | None = None,
 ) -> ListingPass:
-    """The cycle's listing pass (module docstring); a no-op without declarations."""
+    """The cycle's listing pass (module docstring); a no-op without declarations.
+
+    ``budget`` (the cycle's, in cost units): the pass's listings and items come out of it
+    (items most value per cost first, at the plan's cost of a visit), and the planner's
+    batches keep their highest-priority pages within what is left; None: no cap.
+    """
     folder = work_dir(root, cycle_id)
     mine = folder / "listings"
     if (mine / _DONE).exists():
@@ -206,7 +212,7 @@ def run_listing_pass(
         con.register("seen_state", seen)
         con.register("routes", pa.table({"host": pa.array(sorted(routes), pa.string())}))
         _last_observations(con, con.sql(_ITEM_WANTED), observed)
-        fetch = con.sql(_ITEM_REQUESTS).to_arrow_table()
+        fetch = _within(con.sql(_ITEM_REQUESTS).to_arrow_table(), budget, cost)
         fetch, through = _through_endpoints(fetch, routes)
         endpoint_urls = set(pc.filter(fetch["url"], through).to_pylist())
         if fetch.num_rows:
@@ -233,6 +239,9 @@ def run_listing_pass(
             ]
         )
         taken_from_plan = _take_from_batches(stock, taken)
+        if budget is not None:  # the planner's pages get what the pass left of the budget
+            plan_cost = con.sql("SELECT url_id, cost FROM plan").to_arrow_table()
+            taken_from_plan += _trim_batches(stock, plan_cost, budget - cost)
         _append_to_index(folder, specs)
     finally:
         con.close()
@@ -318,11 +327,15 @@ WHERE c.host IN (SELECT host FROM routes)
 """
 
 _ITEM_REQUESTS = """
-SELECT w.url_id, c.url, c.host, coalesce(p.score, 1.0e6) AS priority, o.etag,
-       o.last_modified, o.record_hash, o.warc_file, o.warc_offset
-FROM wanted w JOIN catalog c USING (url_id) LEFT JOIN plan p USING (url_id)
-     LEFT JOIN last_obs o USING (url_id)
-ORDER BY c.host, priority DESC, w.url_id
+WITH priced AS (
+    SELECT w.url_id, c.url, c.host, coalesce(p.score, 1.0e6) AS priority,
+           coalesce(p.cost, (SELECT median(cost) FROM plan), c.cost) AS est_cost, c.value
+    FROM wanted w JOIN catalog c USING (url_id) LEFT JOIN plan p USING (url_id)
+)
+SELECT r.url_id, r.url, r.host, r.priority, o.etag, o.last_modified, o.record_hash,
+       o.warc_file, o.warc_offset, r.est_cost
+FROM priced r LEFT JOIN last_obs o USING (url_id)
+ORDER BY r.value / r.est_cost DESC, r.priority DESC, r.url_id
 """
 
 _UNCHANGED_WANTED = """
@@ -503,6 +516,41 @@ def _history_rows(found: pa.Table) -> pa.Table:
         ],
         schema=HISTORY_SCHEMA,
     )
+
+
+def _within(requests: pa.Table, budget: float | None, spent: float) -> pa.Table:
+    """The first requests (in their order) whose estimated costs fit what is left."""
+    if budget is None:
+        return requests.drop_columns(["est_cost"])
+    cost = requests["est_cost"].to_numpy(zero_copy_only=False).astype(np.float64)
+    fits = np.cumsum(cost) <= (budget - spent) * (1 + 1e-12)
+    return requests.filter(pa.array(fits)).drop_columns(["est_cost"])
+
+
+def _trim_batches(stock: list[BatchSpec], plan_cost: pa.Table, left: float) -> int:
+    """Keep the planner's highest-priority pages within ``left``; how many were dropped."""
+    batches = [(Path(s.path), pq.read_table(Path(s.path))) for s in stock]
+    if not batches:
+        return 0
+    ids = np.concatenate([b["url_id"].to_numpy() for _, b in batches])
+    priority = np.concatenate(
+        [b["priority"].to_numpy(zero_copy_only=False).astype(np.float64) for _, b in batches]
+    )
+    at = pc.index_in(pa.array(ids), plan_cost["url_id"])
+    cost = pc.take(plan_cost["cost"], at).to_numpy(zero_copy_only=False).astype(np.float64)
+    cost = np.nan_to_num(cost, nan=1.0)
+    order = np.lexsort((ids, -np.nan_to_num(priority, nan=0.0)))
+    keep_sorted = np.cumsum(cost[order]) <= max(left, 0.0) * (1 + 1e-12)
+    keep = np.zeros(ids.shape[0], dtype=bool)
+    keep[order[keep_sorted]] = True
+    dropped, start = 0, 0
+    for path, batch in batches:
+        mine = keep[start : start + batch.num_rows]
+        start += batch.num_rows
+        if not mine.all():
+            durable_write_parquet(batch.filter(pa.array(mine)), path)
+            dropped += int((~mine).sum())
+    return dropped
 
 
 def _take_from_batches(stock: list[BatchSpec], taken: pa.Array) -> int:

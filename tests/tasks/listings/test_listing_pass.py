@@ -64,12 +64,14 @@ def _catalog(root, running):
     return urls
 
 
-def _cycle(root, running, cycle, budget, slices=None):
+def _cycle(root, running, cycle, budget, slices=None, cap=False):
     at = START + timedelta(days=cycle)
     running.web.clock.set(at)
     plan = plan_cycle(root, cycle, budget, now=at, slices=slices, seed=cycle)
     specs = split_plan(root, cycle, plan.path)
-    done = run_listing_pass(root, cycle, settings=FAST, clock=fixed_clock(at))
+    done = run_listing_pass(
+        root, cycle, settings=FAST, clock=fixed_clock(at), budget=budget if cap else None
+    )
     for spec in specs:
         run_host_batch(root, cycle, spec.name, settings=FAST, clock=fixed_clock(at))
     commit_cycle(root, cycle, clock=fixed_clock(at))
@@ -124,6 +126,22 @@ def test_changed_items_are_fetched_and_unchanged_ones_recorded_without_a_fetch(s
     changed_paths = {urlsplit(items[u]).path for u in fetched["url_id"]}
     assert {p for p in paths if p.startswith("/p/")} == changed_paths
     assert {p for p in paths if p.startswith("/c/")} == {"/c/0", "/c/1", "/c/2"}
+
+
+def test_with_a_budget_the_pass_and_the_planner_share_it(shop, tmp_path):
+    root = str(tmp_path)
+    urls = _catalog(root, shop)
+    declare_listings(root, shop.listing_urls(0))
+    _cycle(root, shop, 0, len(urls), BOOTSTRAP)
+    budget = 12
+    done, rows = _cycle(root, shop, 1, budget, cap=True)
+    assert rows["cost"].sum() <= budget  # credits: listings and items, the planner's included
+    assert done.changed + done.new > budget - 3  # the listings left too little for them all
+    fetched = rows[
+        (rows["outcome"] == "ok") & rows["url_id"].isin([url_id(normalize(u)) for u in urls])
+    ]
+    assert len(fetched) == budget - 3  # 3 listings read, the rest went to changed items
+    assert done.taken_from_plan > 0  # the planner's pages did not fit
 
 
 def test_an_endpoint_host_is_fetched_through_its_json(shop, tmp_path):
