@@ -21,8 +21,16 @@ driver holds a few numbers per shard per round, plus the batch it writes (about 
 per chosen page); DuckDB's split is capped by its memory_limit (1 GB here) and spills to
 the shard folder. All files are deleted at the end (``--keep`` keeps them).
 
+With --estimate: the sharded estimation instead (``tasks.cycle.sharded_estimation``): a
+synthetic web's statistics (``synthetic_stats``: pages / 50 hosts, 8 cycles), split into
+host shards, the mixture prior fitted over them on the workers and every shard's
+estimates written; with --check the single-process estimator on the same pages, timed and
+compared page by page (rates, intervals, standard errors) and on the fitted prior.
+
 Reproduce:  .venv/bin/python benchmarks/bench_sharded_plan.py --pages 100000000 --shards 100
             .venv/bin/python benchmarks/bench_sharded_plan.py --pages 1000000 --shards 8 --check
+            .venv/bin/python benchmarks/bench_sharded_plan.py --estimate --pages 1000000 \
+                --shards 8 --check
 """
 
 from __future__ import annotations
@@ -129,7 +137,11 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where the files go (default: a temp dir)")
     parser.add_argument("--check", action="store_true", help="compare with one process")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--estimate", action="store_true", help="sharded estimation instead")
     args = parser.parse_args()
+    if args.estimate:
+        estimate_main(args)
+        return
 
     import distributed
 
@@ -295,6 +307,90 @@ def check(shards: Any, settings: Any, result: Any) -> None:
     print(
         f"  batch: {len(sharded):,} vs {plan.index.shape[0]:,} pages; same pages in the "
         f"same order: {same_pages}; same reasons: {same_reasons}"
+    )
+
+
+def estimate_main(args: Any) -> None:
+    """The sharded estimation: statistics generated, split, estimated on the workers."""
+    import distributed
+    import pandas as pd
+
+    from tasks.cycle.sharded_estimation import (
+        estimate_sharded,
+        single_process_estimates,
+        synthetic_stats,
+        write_stats_shards,
+    )
+
+    hosts = args.hosts or max(1, args.pages // 50)
+    root = Path(tempfile.mkdtemp(prefix="sharded-estimate-", dir=args.dir))
+    print(
+        f"estimation: {args.pages:,} pages on {hosts:,} hosts in {args.shards} shards, "
+        f"{args.workers} workers; files under {root}"
+    )
+    try:
+        t = time.perf_counter()
+        pq.write_table(synthetic_stats(args.pages, hosts, 8, seed=3), root / "stats.parquet")
+        generate_s = time.perf_counter() - t
+        t = time.perf_counter()
+        shards = write_stats_shards(root / "stats.parquet", root / "shards", args.shards)
+        split_s = time.perf_counter() - t
+        with (
+            distributed.LocalCluster(
+                n_workers=args.workers,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=None,
+                memory_limit=0,
+            ) as cluster,
+            distributed.Client(cluster) as client,
+        ):
+            worker_base = client.run(reset_peak)
+            t = time.perf_counter()
+            result = estimate_sharded(client, shards, root / "estimates")
+            sharded_s = time.perf_counter() - t
+            worker_peak = client.run(peak_mb)
+        grow = max(worker_peak[w][1] - worker_base[w][1] for w in worker_peak)
+        phases = ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
+        per_worker = shards.size / len(worker_peak)
+        print(
+            f"  generate {generate_s:.1f} s, split {split_s:.1f} s, sharded estimation "
+            f"{sharded_s:.1f} s ({phases}); "
+            f"{result.rounds} rounds; {result.rows:,} pages estimated, fit sampled "
+            f"{result.fit.sampled:,} of {result.fit.observed:,} observed"
+        )
+        print(
+            f"  worker peak +{grow:,.0f} MiB over their start "
+            f"({grow * 2**20 / per_worker:,.0f} bytes per page a worker holds)"
+        )
+        if args.check:
+            t = time.perf_counter()
+            want, prior = single_process_estimates(shards)
+            single_s = time.perf_counter() - t
+            got = pd.concat([pd.read_parquet(p) for p in result.paths], ignore_index=True)
+            same_pages = bool(np.array_equal(got["url_id"].to_numpy(), want["url_id"].to_numpy()))
+            worst = {
+                name: float(np.max(np.abs(got[name].to_numpy() / want[name].to_numpy() - 1)))
+                for name in ("rate", "rate_low", "rate_high", "log_std", "prior_rate")
+            }
+            print(
+                f"  check: single-process {single_s:.1f} s (reading the shards included) vs "
+                f"sharded {sharded_s:.1f} s; same pages in the same order: {same_pages}"
+            )
+            print(
+                "  max relative difference: "
+                + ", ".join(f"{k} {v:.1e}" for k, v in worst.items())
+                + f"; shape {result.fit.web.shape:.15g} vs {prior.shape:.15g}, odd share "
+                f"{result.fit.web.odd_share:.15g} vs {prior.odd_share:.15g}"
+            )
+        print(f"  load average {os.getloadavg()[0]:.1f}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    print(
+        "reproduce: .venv/bin/python benchmarks/bench_sharded_plan.py --estimate "
+        f"--pages {args.pages} --shards {args.shards}" + (" --check" if args.check else "")
     )
 
 
