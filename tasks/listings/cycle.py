@@ -38,7 +38,7 @@ import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -85,6 +85,12 @@ LISTINGS_BATCH = "listings-00000"
 ITEMS_BATCH = "listings-items"
 UNCHANGED_BATCH = "listings-unchanged"
 UNCHANGED_REASON = "listing: summary unchanged"
+#: The default listing threshold (expected changed items per read): at most 25% overhead.
+LISTING_THRESHOLD = 4.0
+#: Known-stale items are fetched cheapest-to-keep-fresh first: value / (cost x (rate +
+#: 1/H)), as in the backtest (``models.backtest.listings``).
+_HORIZON_DAYS = 30.0
+_NO_RATES = pa.table({"url_id": pa.array([], pa.int64()), "rate": pa.array([], pa.float64())})
 _SEEN = "seen.parquet"
 _DONE = "done.json"
 
@@ -93,7 +99,7 @@ _DONE = "done.json"
 class ListingPass:
     """What one cycle's listing pass did (counts; nothing else crosses tasks)."""
 
-    listings: int = 0  # listing pages requested
+    listings: int = 0  # listing pages due and requested (of the declared ones)
     listings_read: int = 0  # of them answered with a body or a 304
     items_seen: int = 0  # catalog items the listings showed
     unchanged: int = 0  # recorded unchanged, not fetched
@@ -151,12 +157,17 @@ def run_listing_pass(
     cost_model: CostModel | str = "credits",
     fields: EndpointFields = PRODUCT_FIELDS,
     budget: float | None = None,
+    threshold: float = LISTING_THRESHOLD,
 ) -> ListingPass:
     """The cycle's listing pass (module docstring); a no-op without declarations.
 
     ``budget`` (the cycle's, in cost units): the pass's listings and items come out of it
     (items most value per cost first, at the plan's cost of a visit), and the planner's
     batches keep their highest-priority pages within what is left; None: no cap.
+    ``threshold``: a listing is read when its items' expected changes since their last
+    observation (the planner's rate estimates) reach this many (what a read adds to each
+    change it finds is then at most 1 / threshold of a read); a listing whose items have
+    no summary kept yet is always read. 0: every declared listing, every cycle.
     """
     folder = work_dir(root, cycle_id)
     mine = folder / "listings"
@@ -174,6 +185,7 @@ def run_listing_pass(
         con.register("catalog", CatalogStore(root).relation(con))
         con.register("history", HistoryStore(root).relation(con))
         con.register("plan", con.read_parquet(str(plan_path(root, cycle_id))))
+        con.register("declared_all", declared)
         observed: dict[str, object] = {"observed": sql_list(OBSERVED)}
         cost = 0.0
         specs: list[BatchSpec] = []
@@ -181,8 +193,17 @@ def run_listing_pass(
         # 1. the listings
         collector = ListingCollector()
         listing_rows = HISTORY_SCHEMA.empty_table()
-        if declared.num_rows:
-            con.register("declared", declared)
+        kept = read_summaries(root)
+        con.register("kept", kept)
+        con.register("rates", _rates(root) if kept.num_rows else _NO_RATES)
+        now = (clock or _utc_now)()
+        due = con.sql(
+            _DUE_LISTINGS,
+            params=observed | {"now": now, "threshold": float(threshold)},
+        ).to_arrow_table()
+        listings_due = int(due.num_rows)
+        if due.num_rows:
+            con.register("declared", due)
             _last_observations(con, con.sql("SELECT url_id FROM declared"), observed)
             requests = con.sql(_LISTING_REQUESTS).to_arrow_table()
             listing_rows = _fetch(
@@ -192,7 +213,6 @@ def run_listing_pass(
             specs.append(_spec(folder, LISTINGS_BATCH, requests))
 
         # 2. the summaries seen, against the ones kept
-        kept = read_summaries(root)
         seen = _seen_summaries(collector, listing_rows, kept)
         con.register("seen", seen)
         seen = con.sql(_IN_CATALOG).to_arrow_table()  # items the catalog knows
@@ -212,7 +232,8 @@ def run_listing_pass(
         con.register("seen_state", seen)
         con.register("routes", pa.table({"host": pa.array(sorted(routes), pa.string())}))
         _last_observations(con, con.sql(_ITEM_WANTED), observed)
-        fetch = _within(con.sql(_ITEM_REQUESTS).to_arrow_table(), budget, cost)
+        items = con.sql(_ITEM_REQUESTS, params={"horizon": _HORIZON_DAYS})
+        fetch = _within(items.to_arrow_table(), budget, cost)
         fetch, through = _through_endpoints(fetch, routes)
         endpoint_urls = set(pc.filter(fetch["url"], through).to_pylist())
         if fetch.num_rows:
@@ -246,7 +267,7 @@ def run_listing_pass(
     finally:
         con.close()
     result = ListingPass(
-        listings=int(declared.num_rows),
+        listings=listings_due,
         listings_read=int(
             pc.sum(pc.is_in(listing_rows["outcome"], pa.array(sorted(OBSERVED)))).as_py() or 0
         ),
@@ -313,6 +334,28 @@ FROM declared d LEFT JOIN last_obs o USING (url_id)
 ORDER BY d.host, d.url_id
 """
 
+_DUE_LISTINGS = """
+WITH seen_at AS (
+    SELECT url_id, max(fetched_at) AS last FROM history
+    WHERE outcome IN (SELECT unnest($observed))
+      AND url_id IN (SELECT item_url_id FROM kept)
+    GROUP BY url_id
+),
+expected AS (
+    SELECT k.listing_url_id AS url_id,
+           sum(CASE WHEN s.last IS NULL OR r.rate IS NULL THEN 1.0
+                    ELSE 1.0 - exp(-r.rate * greatest(epoch($now::TIMESTAMPTZ) - epoch(s.last),
+                                                      0.0) / 86400.0) END) AS expected
+    FROM kept k LEFT JOIN rates r ON r.url_id = k.item_url_id
+         LEFT JOIN seen_at s ON s.url_id = k.item_url_id
+    GROUP BY k.listing_url_id
+)
+SELECT d.url, d.url_id, d.host
+FROM declared_all d LEFT JOIN expected e USING (url_id)
+WHERE e.expected IS NULL OR e.expected >= $threshold
+ORDER BY d.host, d.url_id
+"""
+
 _IN_CATALOG = """
 SELECT s.item_url_id, s.listing_url_id, s.summary_hash, c.url, c.host
 FROM seen s JOIN catalog c ON c.url_id = s.item_url_id
@@ -329,13 +372,15 @@ WHERE c.host IN (SELECT host FROM routes)
 _ITEM_REQUESTS = """
 WITH priced AS (
     SELECT w.url_id, c.url, c.host, coalesce(p.score, 1.0e6) AS priority,
-           coalesce(p.cost, (SELECT median(cost) FROM plan), c.cost) AS est_cost, c.value
+           coalesce(p.cost, (SELECT median(cost) FROM plan), c.cost) AS est_cost, c.value,
+           coalesce(e.rate, 0.0) AS rate
     FROM wanted w JOIN catalog c USING (url_id) LEFT JOIN plan p USING (url_id)
+         LEFT JOIN rates e USING (url_id)
 )
 SELECT r.url_id, r.url, r.host, r.priority, o.etag, o.last_modified, o.record_hash,
        o.warc_file, o.warc_offset, r.est_cost
 FROM priced r LEFT JOIN last_obs o USING (url_id)
-ORDER BY r.value / r.est_cost DESC, r.priority DESC, r.url_id
+ORDER BY r.value / (r.est_cost * (r.rate + 1.0 / $horizon)) DESC, r.priority DESC, r.url_id
 """
 
 _UNCHANGED_WANTED = """
@@ -516,6 +561,27 @@ def _history_rows(found: pa.Table) -> pa.Table:
         ],
         schema=HISTORY_SCHEMA,
     )
+
+
+def _rates(root: str | Path) -> pa.Table:
+    """Every page's rate estimate (the planner's prior), or none when it cannot be had."""
+    from tasks.cycle.estimation import load_rate_estimates
+
+    try:
+        frame = load_rate_estimates(root)
+    except (ValueError, RuntimeError) as exc:  # no history to estimate from, say
+        log.info("listing pass without rate estimates: %s", exc)
+        return _NO_RATES
+    return pa.table(
+        {
+            "url_id": pa.array(frame["url_id"].to_numpy(), pa.int64()),
+            "rate": pa.array(frame["rate"].to_numpy(), pa.float64()),
+        }
+    )
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _within(requests: pa.Table, budget: float | None, spent: float) -> pa.Table:

@@ -64,13 +64,18 @@ def _catalog(root, running):
     return urls
 
 
-def _cycle(root, running, cycle, budget, slices=None, cap=False):
+def _cycle(root, running, cycle, budget, slices=None, cap=False, threshold=0.0):
     at = START + timedelta(days=cycle)
     running.web.clock.set(at)
     plan = plan_cycle(root, cycle, budget, now=at, slices=slices, seed=cycle)
     specs = split_plan(root, cycle, plan.path)
     done = run_listing_pass(
-        root, cycle, settings=FAST, clock=fixed_clock(at), budget=budget if cap else None
+        root,
+        cycle,
+        settings=FAST,
+        clock=fixed_clock(at),
+        budget=budget if cap else None,
+        threshold=threshold,
     )
     for spec in specs:
         run_host_batch(root, cycle, spec.name, settings=FAST, clock=fixed_clock(at))
@@ -126,6 +131,21 @@ def test_changed_items_are_fetched_and_unchanged_ones_recorded_without_a_fetch(s
     changed_paths = {urlsplit(items[u]).path for u in fetched["url_id"]}
     assert {p for p in paths if p.startswith("/p/")} == changed_paths
     assert {p for p in paths if p.startswith("/c/")} == {"/c/0", "/c/1", "/c/2"}
+
+
+def test_a_listing_is_read_when_its_items_expected_changes_reach_the_threshold(shop, tmp_path):
+    root = str(tmp_path)
+    urls = _catalog(root, shop)
+    declare_listings(root, shop.listing_urls(0))
+    first, _ = _cycle(root, shop, 0, len(urls), BOOTSTRAP, threshold=1e9)
+    assert first.listings == 3  # nothing kept yet: every listing is read whatever the rule
+    log_start = len(shop.log.entries())
+    never, rows = _cycle(root, shop, 1, budget=40, threshold=1e9)
+    assert never.listings == 0 and never.unchanged == 0
+    assert not any(e.path.startswith("/c/") for e in shop.log.entries()[log_start:])
+    assert not (rows["reason"] == UNCHANGED_REASON).any()  # the planner had the items
+    always, _ = _cycle(root, shop, 2, budget=40, threshold=0.0)
+    assert always.listings == 3
 
 
 def test_with_a_budget_the_pass_and_the_planner_share_it(shop, tmp_path):
