@@ -11,10 +11,12 @@ in the batch's Parquet) and it reads the record's WARC headers only when a page 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -171,17 +173,20 @@ def payload_ref(root: str | Path, file: str, offset: int) -> PayloadRef:
     )
 
 
-def capture_ref(root: str | Path, file: str, offset: int) -> PayloadRef:
+def capture_ref(
+    root: str | Path, file: str, offset: int, *, files: _OpenFiles | None = None
+) -> PayloadRef:
     """``payload_ref`` from the WARC headers alone (no body read, no digest check): what a
-    page's next identical capture refers to. A revisit is followed to its original once."""
-    headers = _headers_at(root, file, offset)
+    page's next identical capture refers to. A revisit is followed to its original once.
+    ``files`` keeps the files open between calls (``PreviousCaptures``)."""
+    headers = _headers_at(root, file, offset, files)
     if headers["warc-type"] == "revisit":
         location = headers.get(REFERS_TO_LOCATION.lower())
         if not location or "#" not in location:
             raise WarcError(f"revisit at {file}#{offset} names no stored payload")
         ref_file, _, ref_offset = location.rpartition("#")
         file, offset = ref_file, int(ref_offset)
-        headers = _headers_at(root, file, offset)
+        headers = _headers_at(root, file, offset, files)
     if headers["warc-type"] != "response":
         raise WarcError(f"record at {file}#{offset} is a {headers['warc-type']}, not a response")
     digest = headers.get("warc-payload-digest")
@@ -202,7 +207,9 @@ class PreviousCaptures:
     ``locations`` maps a page URL to the ``(warc_file, warc_offset)`` of its last observation
     (the history's columns). The record is read (headers only, ``capture_ref``) the first
     time the page answers; a capture that cannot be read (file removed, not a response) is
-    counted in ``unreadable`` and the page is stored in full, as if it had none.
+    counted in ``unreadable`` and the page is stored in full, as if it had none. The files
+    read stay open (a few: a batch's pages were mostly written into the same files) until
+    ``close``, which the writer calls when it closes.
     """
 
     def __init__(self, root: str | Path, locations: Mapping[str, tuple[str, int]]) -> None:
@@ -210,6 +217,10 @@ class PreviousCaptures:
         self.locations = locations
         self.unreadable = 0
         self._refs: dict[str, PayloadRef | None] = {}
+        self._files = _OpenFiles()
+
+    def close(self) -> None:
+        self._files.close()
 
     def __len__(self) -> int:
         return len(self.locations)
@@ -221,7 +232,7 @@ class PreviousCaptures:
         ref = None
         if where is not None:
             try:
-                ref = capture_ref(self.root, where[0], int(where[1]))
+                ref = capture_ref(self.root, where[0], int(where[1]), files=self._files)
             except WarcError as exc:
                 self.unreadable += 1
                 if self.unreadable == 1:
@@ -236,23 +247,83 @@ _HEADER_CHUNK = 4096
 _HEADER_LIMIT = 1 << 20  # WARC headers longer than this: not a record of ours
 
 
-def _headers_at(root: str | Path, file: str, offset: int) -> dict[str, str]:
+class _OpenFiles:
+    """Descriptors of the WARC files last read, at most ``limit`` (the oldest closed)."""
+
+    def __init__(self, limit: int = 16) -> None:
+        self.limit = limit
+        self._fds: OrderedDict[str, int] = OrderedDict()
+
+    def fd(self, path: str) -> int:
+        fd = self._fds.get(path)
+        if fd is not None:
+            self._fds.move_to_end(path)
+            return fd
+        fd = self._fds[path] = os.open(path, os.O_RDONLY)
+        if len(self._fds) > self.limit:
+            os.close(self._fds.popitem(last=False)[1])
+        return fd
+
+    def forget(self, path: str) -> None:
+        """After a failed read: the next one opens the file again."""
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        while self._fds:
+            os.close(self._fds.popitem()[1])
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            self.close()
+
+
+def _headers_at(
+    root: str | Path, file: str, offset: int, files: _OpenFiles | None = None
+) -> dict[str, str]:
     """The WARC headers (lower-case names; ``warc-type`` always there) of the record at
     ``offset``, from the first bytes of its gzip member only (the body is never
     decompressed: a capture's headers are what a later revisit refers to). Raises
-    ``WarcError`` for anything that is not a WARC record. One ``pread`` of a few KB, no
+    ``WarcError`` for anything that is not a WARC record. ``pread``s of a few KB, no
     buffered file object: the cycle reads one capture per re-fetched page."""
     path = _checked_path_cached(str(root), file)
     if offset < 0:
         raise WarcError(f"negative WARC offset {offset} for {file}")
-    decompressor = zlib.decompressobj(31)
-    text = b""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = files.fd(path) if files is not None else os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         raise WarcError(f"WARC file {file} does not exist under {root}") from None
     except OSError as exc:
         raise WarcError(f"cannot read a WARC record at {file}#{offset}: {exc}") from None
+    try:
+        text, end = _read_header_block(fd, offset, file)
+    except WarcError:
+        if files is not None:
+            files.forget(path)
+        raise
+    finally:
+        if files is None:
+            os.close(fd)
+    lines = text[:end].decode("utf-8", "replace").split("\r\n")
+    if not lines[0].startswith("WARC/"):
+        raise WarcError(f"no WARC record at {file}#{offset} (starts {lines[0][:20]!r})")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise WarcError(f"malformed WARC header at {file}#{offset}: {line[:60]!r}")
+        headers.setdefault(name.strip().lower(), value.strip())  # the first of a repeated one
+    if not headers.get("warc-type"):
+        raise WarcError(f"WARC record at {file}#{offset} has no WARC-Type")
+    return headers
+
+
+def _read_header_block(fd: int, offset: int, file: str) -> tuple[bytes, int]:
+    """The decompressed start of the gzip member at ``offset`` up to the end of the WARC
+    header block, and where that block ends."""
+    decompressor = zlib.decompressobj(31)
+    text = b""
     try:
         at = offset
         pending = b""
@@ -267,20 +338,7 @@ def _headers_at(root: str | Path, file: str, offset: int) -> dict[str, str]:
             pending = decompressor.unconsumed_tail
     except (OSError, zlib.error) as exc:
         raise WarcError(f"cannot read a WARC record at {file}#{offset}: {exc}") from None
-    finally:
-        os.close(fd)
-    lines = text[:end].decode("utf-8", "replace").split("\r\n")
-    if not lines[0].startswith("WARC/"):
-        raise WarcError(f"no WARC record at {file}#{offset} (starts {lines[0][:20]!r})")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep:
-            raise WarcError(f"malformed WARC header at {file}#{offset}: {line[:60]!r}")
-        headers.setdefault(name.strip().lower(), value.strip())  # the first of a repeated one
-    if not headers.get("warc-type"):
-        raise WarcError(f"WARC record at {file}#{offset} has no WARC-Type")
-    return headers
+    return text, end
 
 
 @functools.lru_cache(maxsize=4096)

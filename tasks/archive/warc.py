@@ -42,6 +42,8 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import os
+import random
 import threading
 import time
 import uuid
@@ -288,6 +290,7 @@ class WarcWriter:
             if not self._closed:
                 self._closed = True
                 self._publish()
+                self._release_captures()
             return list(self.published)
 
     def abort(self) -> None:
@@ -300,6 +303,13 @@ class WarcWriter:
             if self._temp is not None:
                 self._temp.unlink(missing_ok=True)
                 self._temp = None
+            self._release_captures()
+
+    def _release_captures(self) -> None:
+        """The lookup's open files (``tasks.archive.read.PreviousCaptures``) are closed."""
+        close = getattr(self.previous_captures, "close", None)
+        if close is not None:
+            close()
 
     def known_payload(self, digest: str) -> PayloadRef | None:
         """The stored payload with this digest, if this writer remembers one."""
@@ -474,7 +484,7 @@ class _Record:
         self.payload = payload
         self.content_type = content_type
         self.first = first
-        self.record_id = f"<urn:uuid:{uuid.uuid4()}>"
+        self.record_id = _record_id()
 
     def serialized(self) -> tuple[bytes, bytes, bytes]:
         """(WARC header block, HTTP header block, payload)."""
@@ -490,6 +500,21 @@ class _Record:
         fields.append(("Content-Length", str(len(self.http) + len(self.payload))))
         text = "WARC/1.1\r\n" + "".join(f"{name}: {value}\r\n" for name, value in fields)
         return (text + "\r\n").encode("utf-8"), self.http, self.payload
+
+
+_IDS = random.Random()  # seeded from os.urandom
+_IDS_PID = os.getpid()
+
+
+def _record_id() -> str:
+    """A random (version 4) UUID as a WARC-Record-ID. ``uuid.uuid4`` reads ``os.urandom``
+    for each (a system call, two a page): a Mersenne Twister seeded from ``os.urandom``
+    gives unique ids (122 random bits), and a forked process reseeds before its first."""
+    global _IDS_PID
+    if os.getpid() != _IDS_PID:
+        _IDS.seed()
+        _IDS_PID = os.getpid()
+    return f"<urn:uuid:{uuid.UUID(int=_IDS.getrandbits(128), version=4)}>"
 
 
 def payload_digest_of(record: _Record) -> str:
@@ -513,7 +538,9 @@ def _http_block(first_line: str, headers: Iterable[tuple[str, str]]) -> bytes:
 
 def _warc_date(when: datetime) -> str:
     """WARC-Date with microseconds (``2026-01-01T00:00:00.000000Z``), as warcio writes it."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if when.utcoffset():
+        when = when.astimezone(UTC)
+    return when.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def write_httpx_exchange(

@@ -57,3 +57,32 @@ def test_anything_but_a_record_start_is_a_warc_error(tmp_path):
         capture_ref(tmp_path, "warc/cycle=0/plain.warc.gz", 0)
     with pytest.raises(WarcError, match="negative"):
         capture_ref(tmp_path, loc.file, -1)
+
+
+def _open_fds() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_previous_captures_keep_files_open_until_the_writer_closes(tmp_path):
+    """One descriptor per file read, reused page after page, none left after close; a file
+    replaced under the lookup (read failed) is opened again, not read through a stale fd."""
+    from tasks.archive.read import PreviousCaptures
+
+    locations = _write(tmp_path, [b"a", b"b", b"c"])
+    urls = [f"http://a.test/p/{i}" for i in range(3)]
+    captures = PreviousCaptures(
+        tmp_path, {u: (loc.file, loc.offset) for u, loc in zip(urls, locations, strict=True)}
+    )
+    before = _open_fds()
+    refs = [captures(u) for u in urls]
+    assert [r.location for r in refs] == [f"{loc.file}#{loc.offset}" for loc in locations]
+    assert _open_fds() == before + 1  # the one file, kept open
+    with WarcWriter(tmp_path, 1, part="batch-u", previous_captures=captures) as warc:
+        warc.write_exchange(urls[0], status=304, response_headers=HEADERS, fetched_at=AT)
+    assert _open_fds() == before  # closed with the writer
+    missing = PreviousCaptures(tmp_path, {urls[0]: (locations[0].file, 10**6)})
+    assert missing(urls[0]) is None and missing.unreadable == 1
+    assert _open_fds() == before  # the failed read's descriptor is not kept
