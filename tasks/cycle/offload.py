@@ -36,15 +36,17 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import itertools
 import logging
 import multiprocessing as mp
 import os
+import selectors
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -396,23 +398,45 @@ class ContentPool:
         return job
 
     def _read(self) -> None:
-        """The pool's thread: answers in, dead workers out (and replaced)."""
-        while True:
-            with self._cond:
-                if self._closing and not any(w.process.is_alive() for w in self._workers):
-                    return
-                by_conn = {w.results: w for w in self._workers}
-                by_sentinel = {w.process.sentinel: w for w in self._workers}
-            ready = wait([*by_conn, *by_sentinel], timeout=0.5)
-            for handle in ready:
-                worker = by_conn.get(handle) if isinstance(handle, Connection) else None
-                if worker is not None:
-                    if not self._drain(worker):
+        """The pool's thread: answers in, dead workers out (and replaced).
+
+        One selector over the workers' answer pipes and process sentinels, built again
+        only when the set of workers changed (``multiprocessing.connection.wait`` builds and
+        tears down one per call: a quarter of the flow process's hand-off CPU)."""
+        selector: selectors.BaseSelector | None = None
+        seen: list[int] = []  # the workers the selector watches (identities)
+        try:
+            while True:
+                with self._cond:
+                    if self._closing and not any(w.process.is_alive() for w in self._workers):
+                        return
+                    workers = list(self._workers)
+                if selector is None or [id(w) for w in workers] != seen:
+                    if selector is not None:
+                        selector.close()
+                    selector, seen = self._selector(workers), [id(w) for w in workers]
+                for key, _ in selector.select(timeout=0.5):
+                    kind, worker = key.data
+                    if kind == "answers":
+                        if not self._drain(worker):
+                            self._dead(worker)
+                    else:  # its process ended
+                        self._drain(worker)
                         self._dead(worker)
-                elif isinstance(handle, int) and handle in by_sentinel:
-                    worker = by_sentinel[handle]
-                    self._drain(worker)
-                    self._dead(worker)
+                    if [id(w) for w in self._workers] != seen:  # one replaced: its fds went
+                        break
+        finally:
+            if selector is not None:
+                selector.close()
+
+    @staticmethod
+    def _selector(workers: list[_Worker]) -> selectors.BaseSelector:
+        selector = selectors.DefaultSelector()
+        for worker in workers:
+            with contextlib.suppress(OSError, ValueError):  # closed: it is being replaced
+                selector.register(worker.results, selectors.EVENT_READ, ("answers", worker))
+                selector.register(worker.process.sentinel, selectors.EVENT_READ, ("ended", worker))
+        return selector
 
     def _drain(self, worker: _Worker) -> bool:
         """Take every answer the worker has sent; False once its pipe is closed."""
