@@ -316,7 +316,11 @@ def main() -> int:
                 from bench_cycle_sampler import Sampler
 
                 sampler = Sampler(watch=[p for p in processes if p != os.getpid()]).start()
-            spy = start_py_spy(args.py_spy, folder / f"py-spy-{cycle}.txt") if args.py_spy else None
+            spy = None
+            if args.py_spy:
+                spy_out = REPO / "benchmarks" / "out" / "py-spy"  # kept: read them further
+                spy_out.mkdir(parents=True, exist_ok=True)
+                spy = start_py_spy(args.py_spy, spy_out / f"cycle-{cycle}-{os.getpid()}.txt")
             started = time.perf_counter()
             result = recrawl_flow(
                 root=str(root),
