@@ -223,17 +223,24 @@ class MixturePrior:
     ) -> FloatArray:
         """Per page, the rate whose freshness at ``interval`` is the posterior's expected one."""
         log_reg = loglik + shape[:, None] * _GRID[None, :] - rate[:, None] * _RATE[None, :]
-        with np.errstate(divide="ignore"):
-            log_odd = loglik + np.log(self.level_prior)[None, :]
-        post_reg = np.exp(log_reg - log_reg.max(axis=1, keepdims=True))
-        post_reg /= post_reg.sum(axis=1, keepdims=True)
-        post_odd = np.exp(log_odd - log_odd.max(axis=1, keepdims=True))
-        post_odd /= post_odd.sum(axis=1, keepdims=True)
-        post = (1 - p_odd)[:, None] * post_reg + p_odd[:, None] * post_odd
-        share = (post * _fresh_share(interval[:, None] * _RATE[None, :])).sum(axis=1)
+        fresh = _fresh_share(interval[:, None] * _RATE[None, :])
+
+        def expected(log_post: FloatArray, fresh_rows: FloatArray) -> FloatArray:
+            post = np.exp(log_post - log_post.max(axis=1, keepdims=True))
+            out: FloatArray = (post * fresh_rows).sum(axis=1) / post.sum(axis=1)
+            return out
+
+        share = expected(log_reg, fresh)
+        # the odd component only where it weighs (below 1e-6 it moves the share by less)
+        odd = np.flatnonzero(p_odd > 1e-6)
+        if odd.shape[0]:
+            with np.errstate(divide="ignore"):
+                log_odd = loglik[odd] + np.log(self.level_prior)[None, :]
+            share[odd] = (1 - p_odd[odd]) * share[odd] + p_odd[odd] * expected(log_odd, fresh[odd])
         return _inverse_fresh_share(share) / interval
 
 
+#: plan a page at its posterior's freshness-equivalent rate (``MixturePrior.estimate``)
 CERTAINTY_EQUIVALENT = True
 
 

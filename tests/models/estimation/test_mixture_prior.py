@@ -138,10 +138,10 @@ def test_the_mixture_prior_needs_moment_sums():
 
 def _gamma_posterior_freshness(
     shape: float, rate: float, changed_days: float, unchanged_days: float, interval: float
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """By quadrature, independently of the grid: for one page with a changed interval of
     ``changed_days`` and ``unchanged_days`` unchanged under a Gamma(shape, rate) prior, the
-    posterior-expected fresh share at ``interval`` and the posterior mean rate."""
+    posterior-expected fresh share at ``interval``, the posterior mean and harmonic mean."""
     from scipy import integrate
 
     def weight(r: float) -> float:
@@ -155,7 +155,8 @@ def _gamma_posterior_freshness(
     norm = integrate.quad(weight, 0, top, limit=200)[0]
     share = integrate.quad(lambda r: weight(r) * fresh(r), 0, top, limit=200)[0] / norm
     mean = integrate.quad(lambda r: weight(r) * r, 0, top, limit=200)[0] / norm
-    return share, mean
+    inverse = integrate.quad(lambda r: weight(r) / r, 0, top, limit=200)[0] / norm
+    return share, mean, 1.0 / inverse
 
 
 @pytest.mark.parametrize(
@@ -183,11 +184,14 @@ def test_the_freshness_equivalent_rate_matches_quadrature(
     got = prior._freshness_equivalent(
         loglik[None, :], np.array([shape]), np.array([rate]), np.zeros(1), np.array([interval])
     )[0]
-    share, mean = _gamma_posterior_freshness(shape, rate, changed_days, unchanged_days, interval)
+    share, mean, harmonic = _gamma_posterior_freshness(
+        shape, rate, changed_days, unchanged_days, interval
+    )
     expected = mixture_prior._inverse_fresh_share(np.array([share]))[0] / interval
     assert got == pytest.approx(expected, rel=1e-3)
-    # Jensen: the fresh share is convex in r, so the equivalent rate is at most the mean
-    assert got <= mean * (1 + 1e-3)
+    # Jensen: the fresh share is convex in r and concave in 1/r, so the equivalent rate
+    # lies between the harmonic and the arithmetic mean of the posterior
+    assert harmonic * (1 - 1e-3) <= got <= mean * (1 + 1e-3)
 
 
 def test_a_fast_group_seen_only_at_long_intervals_is_planned_at_a_rate_it_may_have():
