@@ -4,10 +4,12 @@ Layout under ``<root>/history/``::
 
     _manifest.json                  the published state: which files make up each cycle
     cycle=<id>/v-<uuid>/part-0.parquet
-    _stats/v-<uuid>.parquet         per-page sufficient statistics (PAGE_STATS_SCHEMA)
+    _stats/v-<uuid>.parquet         per-page sufficient statistics (PAGE_STATS_FILE_SCHEMA;
+                                    ``"order": "page_hash"`` in the manifest: in page-hash
+                                    order, as the commit writes them)
     _last/v-<uuid>.parquet          each page's last observation (``link.LAST_COLUMNS``),
                                     after the latest cycle and before it
-    _staging/<uuid>/                parts of a cycle being written, invisible to readers
+    _staging/<uuid>/                a cycle being written (staged.arrow), invisible to readers
 
 Readers only ever look at what the manifest names, and the manifest is replaced with one
 atomic rename, so a reader sees a cycle completely or not at all. Writing a cycle that is
@@ -35,11 +37,16 @@ cycle's rows at each commit; the manifest names it after the latest cycle and be
 it, or its file corrupt) links against the history files as before, and the commit writes
 the file from them.
 
-A commit's memory does not grow with the cycle (issue 8): the staged parts are read a
-record batch at a time, deduplication and linking run on their keys
-(``tasks.store.link``), the cycle's file is written a row group at a time, and the
-statistics are aggregated from that file, on a DuckDB connection with a memory limit
-(``COMMIT_MEMORY_LIMIT``) that spills into the staging folder.
+A commit's memory does not grow with the cycle (issue 8), and it reads and writes each
+file once (issue 19): the staged parts are appended to one Arrow IPC scratch file, and
+``tasks.store.bucket_commit`` walks the pages in buckets of about ``COMMIT_BUCKET_ROWS``
+rows (by a hash of the url_id), each in memory: linked as ``tasks.store.link.LinkPass``
+links, written to the cycle's data file, its sums added to the statistics and its last
+observations updated, the three files written side by side in page-hash order and each
+published durably once. Replacing a published cycle, statistics without the age sums and
+observations not later than the page's previous ones take the DuckDB path of
+``tasks.store.link`` and ``tasks.store.stats`` (a connection with a memory limit,
+``COMMIT_MEMORY_LIMIT``, that spills into the staging folder).
 
 Integrity: a byte flipped on disk can leave a Parquet file readable (pyarrow and DuckDB
 read a damaged value as another value; DuckDB verifies no page checksum), so each
@@ -85,8 +92,17 @@ from models.schemas import (
     PAGE_STATS_FILE_SCHEMA,
     PAGE_STATS_SCHEMA,
 )
+from tasks.store.bucket_commit import (
+    LAST_SCHEMA,
+    PAGE_HASH_ORDER,
+    BucketPaths,
+    SortedRuns,
+    StagedRows,
+    commit_in_buckets,
+)
 from tasks.store.durable import durable_rename, durable_write_text, staged
 from tasks.store.link import (
+    LinkCounts,
     LinkOutput,
     link_staged,
     linked_in_staged_order,
@@ -118,11 +134,12 @@ COMMIT_MEMORY_LIMIT = "128MB"
 #: join and aggregate, so one thread keeps the limit above workable when it is small
 #: (with two, 128 MB failed now and then on 800,000 rows; with one, 64 MB did not).
 COMMIT_THREADS = 1
-#: Rows a sort of the commit takes at once: larger cycles are linked in buckets of pages
-#: (and put back in staged order in ranges) of about this many rows, since the memory a
-#: DuckDB sort needs grows with its input (1.6 million narrow rows took 64 MB, 6.4 million
-#: failed).
-COMMIT_BUCKET_ROWS = 500_000
+#: Rows (and pages) of one bucket of the commit (``tasks.store.bucket_commit``: a bucket
+#: is held in memory; the DuckDB path sorts about this many rows at once, since the memory
+#: a DuckDB sort needs grows with its input: 1.6 million narrow rows took 64 MB, 6.4
+#: million failed). A bucket of 250,000 took about 700 MB of peak RSS above the baseline;
+#: every further bucket reads the staged rows once more.
+COMMIT_BUCKET_ROWS = 250_000
 #: Rows per record batch streamed from the commit's query into a Parquet file (a row group).
 COMMIT_BATCH_ROWS = 65_536
 #: The digest kept for each published file (a hashlib name; the manifest's key). SHA-256,
@@ -562,6 +579,9 @@ class CycleWriter:
         self.link = link
         self.memory_limit = memory_limit or COMMIT_MEMORY_LIMIT
         self.staging = store.dir / "_staging" / uuid.uuid4().hex
+        #: the validated parts, appended to one Arrow IPC file (``StagedRows``)
+        self.staged = StagedRows(self.staging / "staged.arrow")
+        #: the staged rows as Parquet parts, for the DuckDB path (``_parquet_parts``)
         self.parts: list[Path] = []
         self.part_rows: list[int] = []
         #: the pages' last observations the cycle links against (``HistoryStore._prior_state``)
@@ -571,19 +591,43 @@ class CycleWriter:
     def write_part(self, rows: pa.Table | pd.DataFrame) -> Path:
         """Validate and stage rows of this cycle (any number of parts, e.g. one per host batch)."""
         table = validate_history_rows(rows, self.cycle_id, linked=not self.link)
-        path = self.staging / f"part-{len(self.parts):05d}.parquet"
+        path = self.staged.path
         try:
             # staging: never published as is, so neither durable nor hashed (a crash leaves
             # the staging folder, which a later commit removes)
-            _write_parquet(table, path, digest=False, durable=False)
+            self.staged.append(table)
         except OSError as exc:
             raise write_error(f"staged part of cycle {self.cycle_id}", path, exc) from exc
-        self.parts.append(path)
-        self.part_rows.append(table.num_rows)
         return path
 
     def abort(self) -> None:
+        self.staged.discard()
         shutil.rmtree(self.staging, ignore_errors=True)
+
+    def _parquet_parts(self) -> None:
+        """Write the staged rows as Parquet parts of about COMMIT_BATCH_ROWS rows (scratch
+        files) for the DuckDB path, which reads staged rows as Parquet."""
+        if self.parts:
+            return
+        pending: list[pa.Table] = []
+
+        def flush() -> None:
+            table = pa.concat_tables(pending)
+            path = self.staging / f"part-{len(self.parts):05d}.parquet"
+            try:
+                _write_parquet(table, path, digest=False, durable=False)
+            except OSError as exc:
+                raise write_error(f"staged part of cycle {self.cycle_id}", path, exc) from exc
+            self.parts.append(path)
+            self.part_rows.append(table.num_rows)
+            pending.clear()
+
+        for batch in self.staged.batches():
+            pending.append(pa.Table.from_batches([batch]))
+            if sum(t.num_rows for t in pending) >= COMMIT_BATCH_ROWS:
+                flush()
+        if pending:
+            flush()
 
     def commit(self) -> CommitResult:
         """Publish the staged parts as the cycle, reading them in record batches.
@@ -618,30 +662,49 @@ class CycleWriter:
             self.prior_state = str(store.dir / prior_entry["file"]) if prior_entry else None
             last_rel = f"_last/v-{uuid.uuid4().hex}.parquet"
             written: list[Path] = [store.dir / version]  # removed if the commit cannot finish
+            written += [store.dir / stats_rel, store.dir / last_rel]
+            stats_order: dict[str, str] = {}
             try:
                 with commit_connection(self.staging / "spill", self.memory_limit) as con:
-                    walked = self._write_rows(con, data_path, prior_files, _pages(manifest))
-                    rows = walked.counts
-                    written.append(store.dir / stats_rel)
-                    pages = self._write_page_stats(
-                        con, data_path, walked, prior_files, old_files, store.dir / stats_rel
-                    )
-                    written.append(store.dir / last_rel)
-                    last_digest = self._write_last(
-                        con, data_path, prior_files, store.dir / last_rel
-                    )
+                    if old_entry is None:
+                        rows, pages, in_order = self._commit_in_buckets(
+                            con,
+                            data_path,
+                            prior_files,
+                            prior_entry,
+                            store.dir / stats_rel,
+                            store.dir / last_rel,
+                        )
+                        if in_order:
+                            stats_order = {"order": PAGE_HASH_ORDER}
+                    else:  # a replaced version's sums are subtracted: the DuckDB path
+                        self._parquet_parts()
+                        walked = self._write_rows(con, data_path, prior_files, _pages(manifest))
+                        rows = walked.counts
+                        pages = self._write_page_stats(
+                            con, data_path, walked, prior_files, old_files, store.dir / stats_rel
+                        )
+                        self._write_last(con, data_path, prior_files, store.dir / last_rel)
+                    last_digest = known_digest(store.dir / last_rel)
             except BaseException:
                 _remove(written)
                 raise
             before = prior_entry if (prior_entry or not prior_files) else None
+            last_order = {"order": PAGE_HASH_ORDER} if old_entry is None else {}
             manifest["last"] = {
-                "after": {"file": last_rel, "through": self.cycle_id, DIGEST: last_digest},
+                "after": {
+                    "file": last_rel,
+                    "through": self.cycle_id,
+                    DIGEST: last_digest,
+                    **last_order,
+                },
                 "before": before,
             }
             manifest["stats"] = {
                 "file": stats_rel,
                 "pages": pages,
                 DIGEST: known_digest(store.dir / stats_rel),
+                **stats_order,
             }
             manifest["cycles"][str(self.cycle_id)] = {
                 "dir": version,
@@ -671,6 +734,89 @@ class CycleWriter:
         )
         return self.result
 
+    def _commit_in_buckets(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        data_path: Path,
+        prior_files: list[str],
+        prior_entry: dict[str, Any] | None,
+        stats_path: Path,
+        last_path: Path,
+    ) -> tuple[LinkCounts, int, bool]:
+        """Write the cycle's data file, the statistics and the pages' last observations in
+        one pass over buckets of pages (``tasks.store.bucket_commit``), each published
+        durably; return the counts, the statistics' pages and whether they are in
+        page-hash order.
+
+        The statistics are recomputed from the history instead (DuckDB, ``full_stats``)
+        when the published ones lack the age sums or there are none yet beside a
+        history, or when the cycle has an observation not later than the page's previous
+        one. Without kept last observations (a store from before them) they are first
+        taken from the history files.
+        """
+        store = self.store
+        manifest = store.manifest()
+        work = self.staging / "work"
+        work.mkdir(parents=True, exist_ok=True)
+        stats_files = store.stats_files()
+        incremental = store.stats_current() if stats_files else not prior_files
+        if self.prior_state is None and prior_files:
+            state = work / "prior-last.parquet"
+            self._guarded(
+                "last observations",
+                state,
+                prior_files,
+                lambda: write_last_state(con, None, prior_files, state),
+            )
+            last = SortedRuns(
+                str(state), LAST_SCHEMA, in_hash_order=False, batch_rows=COMMIT_BATCH_ROWS
+            )
+        else:
+            hashed = (prior_entry or {}).get("order") == PAGE_HASH_ORDER
+            last = SortedRuns(
+                self.prior_state, LAST_SCHEMA, in_hash_order=hashed, batch_rows=COMMIT_BATCH_ROWS
+            )
+        stats_entry = manifest.get("stats") or {}
+        stats = SortedRuns(
+            stats_files[0] if incremental and stats_files else None,
+            PAGE_STATS_FILE_SCHEMA,
+            in_hash_order=stats_entry.get("order") == PAGE_HASH_ORDER,
+            batch_rows=COMMIT_BATCH_ROWS,
+        )
+        buckets = _buckets(max(self.staged.rows, _pages(manifest)))
+        with (
+            staged(data_path) as data_tmp,
+            staged(stats_path) as stats_tmp,
+            staged(last_path) as last_tmp,
+        ):
+            paths = BucketPaths(data_tmp, stats_tmp if incremental else None, last_tmp)
+            inputs = [*stats_files, *prior_files]
+            counts: LinkCounts = self._guarded(
+                "data file",
+                data_path,
+                inputs,
+                lambda: _link(con, self.staged, last, stats, paths, buckets, self.link),
+            )
+            if self.link and counts.backward:
+                raise HistoryInputError(_backward_message(counts))
+            whole = not incremental or counts.unordered > 0
+            for tmp, path in ((data_tmp, data_path), (last_tmp, last_path)):
+                _publish_file(tmp, path)
+            if whole:
+                log.info("cycle %s: statistics recomputed from the whole history", self.cycle_id)
+                files = [*prior_files, str(data_path)]
+                history_rows = self.staged.rows + _rows(manifest, skip=self.cycle_id)
+
+                def write() -> int:
+                    rel = full_stats(con, files, work / "full", _buckets(history_rows))
+                    return _stream_stats(rel, stats_path)
+
+                pages: int = self._guarded("statistics", stats_path, files, write)
+            else:
+                pages = pq.read_metadata(stats_tmp).num_rows
+                _publish_file(stats_tmp, stats_path)
+        return counts, pages, not whole
+
     def _write_rows(
         self, con: duckdb.DuckDBPyConnection, path: Path, prior_files: list[str], prior_pages: int
     ) -> LinkOutput:
@@ -690,7 +836,7 @@ class CycleWriter:
                 "link",
                 work,
                 prior_files,
-                lambda: _link(con, parts, prior_files, work, buckets, self.prior_state),
+                lambda: _link_keys(con, parts, prior_files, work, buckets, self.prior_state),
             )
         else:
             walked = self._guarded(
@@ -939,6 +1085,45 @@ def _deduplicate(
 
 def _link(
     con: duckdb.DuckDBPyConnection,
+    staged_rows: StagedRows,
+    last: SortedRuns,
+    stats: SortedRuns,
+    paths: BucketPaths,
+    buckets: int,
+    link: bool,
+) -> LinkCounts:
+    """The commit's one pass (``tasks.store.bucket_commit.commit_in_buckets``): deduplicate,
+    link (``link``) and write the cycle's rows, statistics and last observations to
+    ``paths`` (temporary names)."""
+    return commit_in_buckets(
+        con,
+        staged_rows,
+        last,
+        stats,
+        paths,
+        buckets=buckets,
+        link=link,
+        row_group_rows=2 * COMMIT_BATCH_ROWS,
+    )
+
+
+def _backward_message(counts: LinkCounts) -> str:
+    return (
+        f"{counts.backward} observation(s) are not later than the page's previous "
+        f"stored observation (e.g. url_id {counts.backward_example}); check the "
+        "fetcher's clock"
+    )
+
+
+def _publish_file(tmp: Path, path: Path) -> None:
+    """Publish a complete temporary file durably under ``path``, its digest remembered."""
+    digest = file_digest(tmp)
+    durable_rename(tmp, path)
+    _remember(path, digest)
+
+
+def _link_keys(
+    con: duckdb.DuckDBPyConnection,
     parts: list[str],
     prior_files: list[str],
     work: Path,
@@ -954,13 +1139,8 @@ def _link(
     walked = link_staged(
         con, parts, prior_files, work, COMMIT_BATCH_ROWS, buckets, prior_state=prior_state
     )
-    counts = walked.counts
-    if counts.backward:
-        raise HistoryInputError(
-            f"{counts.backward} observation(s) are not later than the page's previous "
-            f"stored observation (e.g. url_id {counts.backward_example}); check the "
-            "fetcher's clock"
-        )
+    if walked.counts.backward:
+        raise HistoryInputError(_backward_message(walked.counts))
     return walked
 
 

@@ -6,8 +6,10 @@
 that write, so it and every later write fail with EFBIG, as on a full disk, without root:
 
 * ``staging``: the staged part of the cycle's rows;
-* ``version``: the cycle's new version file (the rows are staged and linked);
-* ``stats``: the new per-page statistics file (the version file is written);
+* ``version``: the commit's one pass, which writes the cycle's new version file, the
+  per-page statistics and the pages' last observations (the rows are staged);
+* ``stats``: the new per-page statistics file, in that pass (the bucket's rows of the
+  version file and of the last observations are written);
 * ``manifest``: the new manifest (every data file is written; nothing is published yet).
 
 Prints one JSON line: ``{"ok": rows}`` or ``{"error": type, "message": text}`` (status 1).
@@ -21,12 +23,13 @@ import resource
 import signal
 import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
+from models.schemas import PAGE_STATS_FILE_SCHEMA
 from tasks.store import history
 from tests.reliability.faults.harness import START
 
@@ -62,18 +65,31 @@ def fill_disk_at(point: str) -> None:
         _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
         resource.setrlimit(resource.RLIMIT_FSIZE, (16, hard))
 
-    writes = {"staging": 1, "version": 2, "stats": 3}
-    if point in writes:
-        original = history._write_parquet
-        count = {"n": 0}
+    if point == "staging":
+        append = history.StagedRows.append
 
-        def write(table: Any, path: Path, **options: Any) -> int:
-            count["n"] += 1
-            if count["n"] == writes[point]:
+        def append_full(self: Any, table: Any) -> None:
+            full()
+            append(self, table)
+
+        history.StagedRows.append = append_full  # type: ignore[method-assign]
+    elif point == "version":
+        link = history._link
+
+        def link_full(*args: Any, **kwargs: Any) -> Any:
+            full()
+            return link(*args, **kwargs)
+
+        history._link = link_full
+    elif point == "stats":
+        write_table = pq.ParquetWriter.write_table
+
+        def write_full(self: Any, table: Any, *args: Any, **kwargs: Any) -> None:
+            if table.schema.equals(PAGE_STATS_FILE_SCHEMA):
                 full()
-            return original(table, path, **options)
+            write_table(self, table, *args, **kwargs)
 
-        history._write_parquet = write
+        pq.ParquetWriter.write_table = write_full  # type: ignore[method-assign]
     elif point == "manifest":
         publish = history.HistoryStore._publish
 

@@ -290,6 +290,7 @@ _MEASURE = textwrap.dedent(
 
     root = Path(sys.argv[1])
     history.COMMIT_BATCH_ROWS = 2048
+    history.COMMIT_BUCKET_ROWS = 5000  # both cycles span several buckets of pages
     store = HistoryStore(root)
 
     def status_kb(field):  # not ru_maxrss: it starts at the forking parent's RSS
@@ -332,11 +333,11 @@ def _arrow_peak(root: Path, pages: int, parts: int) -> dict[str, int]:
 @pytest.mark.slow
 def test_commit_memory_does_not_grow_with_the_cycle(tmp_path):
     """Arrow's peak allocation while a cycle of 10 or 40 parts of 2,000 rows is staged and
-    committed is one part plus a few record batches, whatever the cycle's size, and the
-    process's peak RSS barely grows. The commit before issue 8 (the cycle as Arrow
-    tables) measured 1.9x the Arrow peak and +100 MB of RSS for the larger cycle. The
-    sizes are the point: with fewer rows the old commit's growth nears the bounds below
-    (+100 MB for 60,000 more rows against < 60 MB)."""
+    committed is one bucket of pages (``COMMIT_BUCKET_ROWS``, 5,000 rows here: 4 and 16
+    buckets), whatever the cycle's size, and the process's peak RSS barely grows. The
+    commit before issue 8 (the cycle as Arrow tables) measured 1.9x the Arrow peak and
+    +100 MB of RSS for the larger cycle. The sizes are the point: with fewer rows the old
+    commit's growth nears the bounds below (+100 MB for 60,000 more rows against < 60 MB)."""
     small = _arrow_peak(tmp_path / "small", 20_000, 10)
     large = _arrow_peak(tmp_path / "large", 80_000, 40)
     assert (small["rows"], large["rows"]) == (20_000, 80_000)

@@ -1,0 +1,624 @@
+"""A cycle's commit in one pass over buckets of pages, in memory per bucket (issue 19).
+
+The pages are split into buckets by a 64-bit mix of their url_id (``page_hash``, a
+bijection, so it orders pages without ties): bucket ``b`` of ``n`` holds the pages whose
+hash lies in the ``b``-th of ``n`` equal ranges. Every per-page file this writes (the
+cycle's data file, the statistics, the pages' last observations) is in page-hash order,
+so a later commit reads the bucket's rows of the previous files as one contiguous run,
+sequentially (``SortedRuns``), whatever its own number of buckets. A file in another order
+(written before this, or by ``rebuild_stats``) is read whole once per bucket and filtered.
+
+For each bucket, in memory (about ``COMMIT_BUCKET_ROWS`` cycle rows and as many pages):
+
+1. its staged rows (``StagedRows``: the parts appended to one Arrow IPC file, uncompressed),
+   its pages' last observations and statistics from the previous files;
+2. the rows and the last observations of the cycle's pages sorted by page, prior first,
+   time and staging position (numpy), walked by ``tasks.store.link.LinkPass`` as one batch
+   (the same walk, hence the same links and Last-Modified judgements, as the streamed
+   commit's);
+3. the kept rows, linked, appended to the data file; their sums per page
+   (``tasks.store.stats``' ``_PAGE_SUMS_SQL`` in numpy: ``page_sums``) added to the
+   previous statistics (``add_stats``), the pages' last observations updated
+   (``update_last``); both appended to their files.
+
+Each file is written once, by pyarrow, straight from the bucket's arrays: no intermediate
+file, no DuckDB pass but the parse of the distinct Last-Modified values. Memory is one
+bucket, whatever the cycle's size. What stays with ``tasks.store.history``'s DuckDB path:
+replacing a published cycle (its sums are subtracted), a store whose statistics lack the
+age sums, and a cycle whose observations are not later than the pages' previous ones
+(statistics recomputed from the history); the data file and the last observations are this
+module's there too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from models.outcomes import OBSERVED, sql_list
+from models.schemas import HISTORY_SCHEMA, PAGE_STATS_FILE_SCHEMA
+from tasks.store.link import FIRST_WEB_DAY, LM_DAYS_MACRO, PRIOR_OUTCOME, LinkCounts, LinkPass
+
+#: The manifest's ``order`` of a file in page-hash order (``page_hash``).
+PAGE_HASH_ORDER = "page_hash"
+
+#: The pages' last observations (``tasks.store.link.LAST_COLUMNS``) as this writes them.
+LAST_SCHEMA = pa.schema(
+    [
+        pa.field("url_id", pa.int64()),
+        pa.field("last_at", HISTORY_SCHEMA.field("fetched_at").type),
+        pa.field("hash_at", HISTORY_SCHEMA.field("fetched_at").type),
+        pa.field("record_hash", pa.string()),
+        pa.field("lm_at", HISTORY_SCHEMA.field("fetched_at").type),
+        pa.field("last_lm", pa.float64()),
+    ]
+)
+
+#: Columns of the data file that few values fill (dictionary-encoded); the others are
+#: written plain: ids, times, hashes and measurements rarely repeat, and trying a
+#: dictionary on them first costs time for nothing.
+DICTIONARY_COLUMNS = ["host", "outcome", "status", "last_modified", "reason", "warc_file"]
+#: The statistics' codec: their 20 numeric columns took 0.40 s of CPU a million pages with
+#: zstd, 0.18 s with LZ4 (14 and 19 MB); they are rewritten whole at every commit.
+STATS_COMPRESSION = "lz4"
+
+_OBSERVED = pa.array(sql_list(OBSERVED))
+_NO_TIME = np.iinfo(np.int64).min  # a NULL time in the int64 arrays below
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def page_hash(url_id: np.ndarray) -> np.ndarray:
+    """The splitmix64 finalizer of each url_id (a bijection of 64-bit values), as uint64."""
+    z = url_id.astype(np.int64).view(np.uint64)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+    return np.asarray(z ^ (z >> np.uint64(31)))
+
+
+def bucket_of(hashes: np.ndarray, buckets: int) -> np.ndarray:
+    """The bucket (of ``buckets`` equal ranges of the hash) of each page hash: increasing
+    with the hash, so a file in hash order is in bucket order for any ``buckets``."""
+    return np.asarray(((hashes >> np.uint64(32)) * np.uint64(buckets)) >> np.uint64(32))
+
+
+def _bucket_rows(table: pa.Table, bucket: int, buckets: int) -> pa.Table:
+    if buckets == 1 or table.num_rows == 0:
+        return table
+    which = bucket_of(page_hash(table["url_id"].to_numpy()), buckets)
+    return table.filter(pa.array(which == bucket))
+
+
+# ---------------------------------------------------------------------- inputs
+
+
+class StagedRows:
+    """A cycle's validated parts, appended to one Arrow IPC file (scratch: no fsync).
+
+    Each part is stored sorted by page hash (stably: a page's rows keep their staging
+    order), with the hash as an extra column, so a bucket's rows of a part are one slice.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows = 0
+        self._sink: pa.OSFile | None = None
+        self._writer: pa.ipc.RecordBatchFileWriter | None = None
+
+    def append(self, table: pa.Table) -> None:
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._sink = pa.OSFile(str(self.path), "wb")
+            self._writer = pa.ipc.new_file(self._sink, _STAGED_SCHEMA)
+        hashes = page_hash(table["url_id"].to_numpy())
+        order = np.argsort(hashes, kind="stable")
+        rows = table.take(pa.array(order)).append_column(_HASH, pa.array(hashes[order]))
+        self._writer.write_table(rows)
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        writer, sink = self._writer, self._sink
+        self._writer = self._sink = None
+        try:
+            if writer is not None:
+                writer.close()
+        finally:
+            if sink is not None:
+                sink.close()
+
+    def discard(self) -> None:
+        """Close without completing the file (it is being removed): a full disk that failed
+        the commit must not fail this too."""
+        with contextlib.suppress(OSError, pa.ArrowException):
+            self.close()
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The staged parts in staging order (each in page-hash order, without the hash),
+        a part at a time (read, not mapped: memory stays one part)."""
+        for batch in self._staged_batches():
+            yield batch.drop_columns([_HASH])
+
+    def _staged_batches(self) -> Iterator[pa.RecordBatch]:
+        self.close()
+        if not self.path.exists():
+            return
+        with pa.OSFile(str(self.path), "rb") as source:
+            reader = pa.ipc.open_file(source)
+            for index in range(reader.num_record_batches):
+                yield reader.get_batch(index)
+
+    def bucket(self, bucket: int, buckets: int) -> tuple[pa.Table, np.ndarray]:
+        """The staged rows of one bucket's pages (a page's rows in staging order) and
+        their page hashes."""
+        pieces = []
+        for batch in self._staged_batches():
+            if buckets > 1:
+                which = bucket_of(batch.column(_HASH).to_numpy(), buckets)
+                low, high = np.searchsorted(which, [bucket, bucket + 1])
+                batch = batch.take(pa.array(np.arange(low, high)))  # a copy: the part goes
+            pieces.append(batch)
+        if not pieces:
+            return HISTORY_SCHEMA.empty_table(), np.zeros(0, dtype=np.uint64)
+        table = pa.Table.from_batches(pieces, schema=_STAGED_SCHEMA).combine_chunks()
+        hashes = table[_HASH].to_numpy()
+        return table.drop_columns([_HASH]), hashes
+
+
+_HASH = "_page_hash"
+_STAGED_SCHEMA = HISTORY_SCHEMA.append(pa.field(_HASH, pa.uint64()))
+
+
+class SortedRuns:
+    """The rows of a per-page Parquet file, bucket by bucket (``bucket`` called with
+    increasing buckets), each sorted by page hash: a file in page-hash order is read once,
+    sequentially; another is read and filtered at each bucket."""
+
+    def __init__(
+        self, path: str | None, schema: pa.Schema, *, in_hash_order: bool, batch_rows: int
+    ) -> None:
+        self.path, self.schema, self.in_hash_order = path, schema, in_hash_order
+        self.batch_rows = batch_rows
+        self._batches: Iterator[pa.RecordBatch] | None = None
+        self._held: pa.Table | None = None
+
+    def bucket(self, bucket: int, buckets: int) -> pa.Table:
+        if self.path is None:
+            return self.schema.empty_table()
+        if not self.in_hash_order:
+            reader = pq.ParquetFile(self.path).iter_batches(
+                batch_size=self.batch_rows, columns=self.schema.names
+            )
+            table = pa.concat_tables(
+                [_bucket_rows(pa.Table.from_batches([b]), bucket, buckets) for b in reader]
+                or [self.schema.empty_table()]
+            )
+            order = np.argsort(page_hash(table["url_id"].to_numpy()), kind="stable")
+            return table.take(pa.array(order)).cast(self.schema)
+        if self._batches is None:
+            self._batches = pq.ParquetFile(self.path).iter_batches(
+                batch_size=self.batch_rows, columns=self.schema.names
+            )
+        pieces: list[pa.Table] = []
+        while True:
+            if self._held is None:
+                batch = next(self._batches, None)
+                if batch is None:
+                    break
+                self._held = pa.Table.from_batches([batch])
+            which = bucket_of(page_hash(self._held["url_id"].to_numpy()), buckets)
+            cut = int(np.searchsorted(which, bucket, side="right"))
+            pieces.append(self._held.slice(0, cut))
+            if cut < self._held.num_rows:
+                self._held = self._held.slice(cut)
+                break
+            self._held = None
+        if not pieces:
+            return self.schema.empty_table()
+        return pa.concat_tables(pieces).combine_chunks().cast(self.schema)
+
+
+# ---------------------------------------------------------------------- one bucket
+
+
+def _times(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A timestamp column as int64 microseconds, NULL as ``_NO_TIME``."""
+    return np.asarray(column.cast(pa.int64()).fill_null(_NO_TIME).to_numpy(zero_copy_only=False))
+
+
+def _floats(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return np.asarray(column.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False))
+
+
+def _bools(column: pa.ChunkedArray | pa.Array, null: bool = False) -> np.ndarray:
+    return np.asarray(column.fill_null(null).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def last_modified_days(con: duckdb.DuckDBPyConnection, column: pa.ChunkedArray) -> np.ndarray:
+    """``lm_days`` (``tasks.store.link.LM_DAYS_MACRO``) of each raw Last-Modified, NaN for
+    none: DuckDB parses the distinct values once each."""
+    encoded = pc.dictionary_encode(column).combine_chunks()
+    values = encoded.dictionary
+    if len(values) == 0:
+        return np.full(len(column), np.nan)
+    con.execute(LM_DAYS_MACRO)
+    con.register("lm_values", pa.table({"i": np.arange(len(values)), "v": values}))
+    parsed = con.sql("SELECT i, lm_days(v) AS d FROM lm_values").to_arrow_table()
+    con.unregister("lm_values")
+    days = np.full(len(values), np.nan)
+    days[parsed["i"].to_numpy()] = _floats(parsed["d"])
+    codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    return np.where(codes >= 0, days[np.maximum(codes, 0)], np.nan)
+
+
+@dataclass(frozen=True)
+class BucketOutput:
+    """What one bucket adds to the three files."""
+
+    rows: pa.Table  # the kept rows, linked (HISTORY_SCHEMA; a page's rows in staging order)
+    stats: pa.Table  # the statistics of the bucket's pages (PAGE_STATS_FILE_SCHEMA)
+    last: pa.Table  # the last observations of the bucket's pages (LAST_SCHEMA)
+
+
+@dataclass(frozen=True)
+class KeptRows:
+    """The kept rows of a bucket in walk order (by page hash, then time), as arrays."""
+
+    staged: np.ndarray  # each row's index in the bucket's staged rows
+    url: np.ndarray
+    at: np.ndarray  # microseconds
+    observed: np.ndarray
+    lm: np.ndarray  # Last-Modified in days, NaN for none
+    changed: pa.Array  # the row's changed / interval_days as published
+    interval: pa.Array
+
+
+def _contains(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Whether each of ``values`` is in ``sorted_values`` (ascending)."""
+    if len(sorted_values) == 0:
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
+    return np.asarray(sorted_values[at] == values)
+
+
+def _union(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ascending union of two ascending arrays of distinct values, and where each
+    value of ``a`` and of ``b`` is in it."""
+    new = ~_contains(a, b)
+    every = np.insert(a, np.searchsorted(a, b[new]), b[new])
+    return every, np.searchsorted(every, a), np.searchsorted(every, b)
+
+
+def commit_bucket(
+    con: duckdb.DuckDBPyConnection,
+    walk: LinkPass,
+    staged: pa.Table,
+    hashes: np.ndarray,
+    last: pa.Table,
+    stats: pa.Table,
+    *,
+    link: bool,
+) -> BucketOutput:
+    """Link one bucket's staged rows (their page ``hashes``) against its pages' last
+    observations ``last``, and update ``last`` and the statistics ``stats`` (both in
+    page-hash order) with them."""
+    at = _times(staged["fetched_at"])
+    lm = last_modified_days(con, staged["last_modified"])
+    last_hash = page_hash(last["url_id"].to_numpy())
+    seen = _contains(np.sort(hashes), last_hash)  # prior rows of the cycle's pages only
+    prior = last.filter(pa.array(seen))
+    m = prior.num_rows
+    # prior rows first in their page (the earliest time), then by time; ties (copies of
+    # one observation) in staging order: lexsort is stable
+    first = np.full(m, _NO_TIME)
+    order = np.lexsort((np.concatenate([first, at]), np.concatenate([last_hash[seen], hashes])))
+    take = pa.array(order)
+
+    def both(prior_column: pa.Array, staged_column: pa.ChunkedArray) -> pa.Array:
+        return pa.concat_arrays([prior_column, staged_column.combine_chunks()]).take(take)
+
+    batch = pa.RecordBatch.from_arrays(
+        [
+            both(prior["url_id"].combine_chunks(), staged["url_id"]),
+            pa.array(order >= m),
+            both(prior["last_at"].combine_chunks(), staged["fetched_at"]),
+            pa.array(order - m, pa.int64()),  # the staged row (negative: a prior row)
+            both(pa.array([PRIOR_OUTCOME] * m, pa.string()), staged["outcome"]),
+            both(prior["record_hash"].combine_chunks(), staged["record_hash"]),
+            both(pa.nulls(m, pa.bool_()), staged["changed"]),
+            both(pa.nulls(m, pa.float64()), staged["interval_days"]),
+            pa.array(np.concatenate([_floats(prior["last_lm"]), lm])[order]),
+        ],
+        names=[
+            "url_id",
+            "in_cycle",
+            "fetched_at",
+            "pos",
+            "outcome",
+            "record_hash",
+            "given_changed",
+            "given_interval",
+            "lm",
+        ],
+    )
+    linked, ages = walk.step(batch)
+    pos = linked["pos"].to_numpy()
+    if link:
+        changed, interval = linked["changed"], linked["interval_days"]
+    else:
+        changed = staged["changed"].combine_chunks().take(pa.array(pos))
+        interval = staged["interval_days"].combine_chunks().take(pa.array(pos))
+    observed = _bools(pc.is_in(staged["outcome"], _OBSERVED))
+    url = staged["url_id"].to_numpy()
+    kept = KeptRows(pos, url[pos], at[pos], observed[pos], lm[pos], changed, interval)
+    return BucketOutput(
+        _published_rows(staged, kept, link=link),
+        add_stats(stats, page_sums(kept, staged, ages)),
+        update_last(last, kept, staged),
+    )
+
+
+def _published_rows(staged: pa.Table, kept: KeptRows, *, link: bool) -> pa.Table:
+    """The kept rows in staging order, with their links if ``link``."""
+    in_order = np.argsort(kept.staged, kind="stable")
+    rows = staged if len(in_order) == staged.num_rows else staged.take(kept.staged[in_order])
+    if link:
+        take = pa.array(in_order)
+        for name, values in (("changed", kept.changed), ("interval_days", kept.interval)):
+            rows = rows.set_column(rows.schema.get_field_index(name), name, values.take(take))
+    return rows
+
+
+# ---------------------------------------------------------------------- sums
+
+
+_INTS = {f.name for f in PAGE_STATS_FILE_SCHEMA if pa.types.is_integer(f.type)}
+
+
+def page_sums(kept: KeptRows, staged: pa.Table, ages: pa.Table) -> pa.Table:
+    """``tasks.store.stats.rows_sums`` of the kept rows and their judgements
+    (``AGES_SCHEMA``, in walk order): one row per page with a linked interval or an
+    observation, in page-hash order; the host is the page's first such row's."""
+    interval = _floats(kept.interval)
+    linked = ~np.isnan(interval) & _bools(kept.changed.is_valid())
+    counted = linked | kept.observed
+    url = kept.url[counted]
+    if len(url) == 0:
+        return PAGE_STATS_FILE_SCHEMA.empty_table()
+    first = np.concatenate([[True], url[1:] != url[:-1]])
+    page = np.cumsum(first) - 1
+    pages = int(page[-1]) + 1
+    linked, interval = linked[counted], np.where(linked, interval, 0.0)[counted]
+    c = _bools(kept.changed)[counted] & linked
+    tc = np.where(c, interval, 0.0)
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(page, weights=values, minlength=pages)
+
+    def count(where: np.ndarray) -> np.ndarray:
+        return np.bincount(page[where], minlength=pages).astype(np.int64)
+
+    hosts = staged["host"].combine_chunks().take(pa.array(kept.staged[counted][first]))
+    columns: dict[str, np.ndarray | pa.Array] = {
+        "url_id": url[first],
+        "host": hosts,
+        "n_intervals": count(linked),
+        "n_changed": count(c),
+        "unchanged_days": total(interval) - total(tc),
+        "changed_sum": total(tc),
+        "changed_sum_sq": total(tc * tc),
+        "changed_sum_cube": total(tc * tc * tc),
+    }
+    judged = ages["url_id"].to_numpy()
+    at = np.searchsorted(page_hash(url[first]), page_hash(judged))
+    code = ages["code"].to_numpy()
+    t = ages["t"].to_numpy()
+
+    def age_total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(at, weights=values, minlength=pages)
+
+    def age_count(where: np.ndarray) -> np.ndarray:
+        return np.bincount(at[where], minlength=pages).astype(np.int64)
+
+    columns |= {
+        "age_terms": age_count(_bools(ages["aged"])),
+        "age_count": age_count(_bools(ages["dated"])),
+        "age_days": age_total(ages["age"].to_numpy()),
+        "age_n_changed": age_count(_bools(ages["hit"])),
+        "age_changed_sum": age_total(t),
+        "age_changed_sum_sq": age_total(t * t),
+        "age_changed_sum_cube": age_total(t * t * t),
+    }
+    for value, name in enumerate(PAGE_STATS_FILE_SCHEMA.names[-6:]):
+        columns[name] = age_count(code == value)
+    return pa.table(columns, schema=PAGE_STATS_FILE_SCHEMA)
+
+
+def add_stats(base: pa.Table, added: pa.Table) -> pa.Table:
+    """``tasks.store.stats``' ``_ADDED_SQL``: ``base + added`` column by column over the
+    pages of either (the base's host first), without pages that have nothing; both and
+    the result in page-hash order."""
+    base_hash = page_hash(base["url_id"].to_numpy())
+    every, into_base, into_added = _union(base_hash, page_hash(added["url_id"].to_numpy()))
+    pages = len(every)
+    columns: dict[str, np.ndarray | pa.Array] = {}
+    ids = np.zeros(pages, dtype=np.int64)
+    ids[into_added] = added["url_id"].to_numpy()
+    ids[into_base] = base["url_id"].to_numpy()
+    columns["url_id"] = ids
+    source = np.zeros(pages, dtype=np.int64)
+    source[into_added] = np.arange(added.num_rows) + base.num_rows
+    source[into_base] = np.arange(base.num_rows)
+    hosts = pa.concat_arrays([base["host"].combine_chunks(), added["host"].combine_chunks()])
+    columns["host"] = hosts.take(pa.array(source))
+    for field in PAGE_STATS_FILE_SCHEMA:
+        if field.name in ("url_id", "host"):
+            continue
+        kind = np.int64 if field.name in _INTS else np.float64
+        a = np.zeros(pages, dtype=kind)
+        b = np.zeros(pages, dtype=kind)
+        a[into_base] = base[field.name].to_numpy()
+        b[into_added] = added[field.name].to_numpy()
+        columns[field.name] = a + b
+    evidence = sum(np.asarray(columns[name]) for name in PAGE_STATS_FILE_SCHEMA.names[-6:])
+    keep = (np.asarray(columns["n_intervals"]) > 0) | (np.asarray(evidence) > 0)
+    table = pa.table(columns, schema=PAGE_STATS_FILE_SCHEMA)
+    return table if keep.all() else table.filter(pa.array(keep))
+
+
+def _last_rows(url: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """Indices of the last row of each page among the rows ``where`` (rows grouped by
+    page, in time order within it)."""
+    index = np.flatnonzero(where)
+    if len(index) == 0:
+        return index
+    chosen = url[index]
+    final = np.concatenate([chosen[1:] != chosen[:-1], [True]])
+    return np.asarray(index[final])
+
+
+def _latest(
+    pages: int,
+    into_old: np.ndarray,
+    old_at: np.ndarray,
+    old_value: pa.Array,
+    into_new: np.ndarray,
+    new_at: np.ndarray,
+    new_value: pa.Array,
+) -> tuple[np.ndarray, pa.Array]:
+    """Per page: the later of the old (time, value) and the new one (the new one on a
+    tie), NULL time and value where neither has one."""
+    at = np.full(pages, _NO_TIME, dtype=np.int64)
+    source = np.full(pages, -1, dtype=np.int64)
+    at[into_old] = old_at
+    source[into_old] = np.where(old_at != _NO_TIME, np.arange(len(old_at)), -1)
+    later = new_at >= at[into_new]
+    at[into_new[later]] = new_at[later]
+    source[into_new[later]] = np.flatnonzero(later) + len(old_at)
+    values = pa.concat_arrays([old_value, new_value])
+    return at, values.take(pa.array(source, mask=source < 0))
+
+
+def update_last(last: pa.Table, kept: KeptRows, staged: pa.Table) -> pa.Table:
+    """``tasks.store.link``'s ``_UPDATED_STATE_SQL``: each page's last observation, last
+    hashed observation and last Last-Modified over ``last`` and the kept rows; in
+    page-hash order."""
+    obs = _last_rows(kept.url, kept.observed)
+    old_hash = page_hash(last["url_id"].to_numpy())
+    every, into_old, into_new = _union(old_hash, page_hash(kept.url[obs]))
+    pages = len(every)
+    ids = np.zeros(pages, dtype=np.int64)
+    ids[into_new] = kept.url[obs]
+    ids[into_old] = last["url_id"].to_numpy()
+    last_at = np.full(pages, _NO_TIME, dtype=np.int64)
+    last_at[into_old] = _times(last["last_at"])
+    last_at[into_new] = np.maximum(last_at[into_new], kept.at[obs])
+
+    staged_hash = staged["record_hash"].combine_chunks()
+    has_hash = _bools(staged_hash.is_valid())[kept.staged]
+    hashed = _last_rows(kept.url, kept.observed & has_hash)
+    hash_at, record_hash = _latest(
+        pages,
+        into_old,
+        _times(last["hash_at"]),
+        last["record_hash"].combine_chunks(),
+        np.searchsorted(every, page_hash(kept.url[hashed])),
+        kept.at[hashed],
+        staged_hash.take(pa.array(kept.staged[hashed])),
+    )
+    dated = _last_rows(kept.url, kept.observed & (kept.lm >= FIRST_WEB_DAY))
+    lm_at, last_lm = _latest(
+        pages,
+        into_old,
+        _times(last["lm_at"]),
+        last["last_lm"].combine_chunks(),
+        np.searchsorted(every, page_hash(kept.url[dated])),
+        kept.at[dated],
+        pa.array(kept.lm[dated], pa.float64()),
+    )
+    time_type = LAST_SCHEMA.field("last_at").type
+
+    def times(values: np.ndarray) -> pa.Array:
+        return pa.array(values, pa.int64(), mask=values == _NO_TIME).cast(time_type)
+
+    return pa.Table.from_arrays(
+        [pa.array(ids), times(last_at), times(hash_at), record_hash, times(lm_at), last_lm],
+        schema=LAST_SCHEMA,
+    )
+
+
+# ---------------------------------------------------------------------- the pass
+
+
+@dataclass(frozen=True)
+class BucketPaths:
+    """Where the pass writes: the data file, the statistics (None: not written, they are
+    recomputed elsewhere) and the last observations (all temporary names)."""
+
+    rows: Path
+    stats: Path | None
+    last: Path
+
+
+def commit_in_buckets(
+    con: duckdb.DuckDBPyConnection,
+    staged: StagedRows,
+    last: SortedRuns,
+    stats: SortedRuns,
+    paths: BucketPaths,
+    *,
+    buckets: int,
+    link: bool,
+    row_group_rows: int,
+) -> LinkCounts:
+    """Write the three files bucket by bucket (see the module docstring); return the
+    walk's counts (a caller refuses backward intervals and acts on unordered ones)."""
+    walk = LinkPass(given_links=not link)
+    options = {"compression": "zstd", "write_statistics": True}
+    with (
+        pq.ParquetWriter(
+            paths.rows, HISTORY_SCHEMA, use_dictionary=DICTIONARY_COLUMNS, **options
+        ) as rows_out,
+        pq.ParquetWriter(paths.last, LAST_SCHEMA, use_dictionary=False, **options) as last_out,
+    ):
+        stats_out = (
+            pq.ParquetWriter(
+                paths.stats,
+                PAGE_STATS_FILE_SCHEMA,
+                use_dictionary=["host"],
+                compression=STATS_COMPRESSION,
+                write_statistics=True,
+            )
+            if paths.stats is not None
+            else None
+        )
+        try:
+            for bucket in range(buckets):
+                rows, hashes = staged.bucket(bucket, buckets)
+                out = commit_bucket(
+                    con,
+                    walk,
+                    rows,
+                    hashes,
+                    last.bucket(bucket, buckets),
+                    stats.bucket(bucket, buckets) if stats_out is not None else _NO_STATS,
+                    link=link,
+                )
+                rows_out.write_table(out.rows, row_group_size=row_group_rows)
+                last_out.write_table(out.last, row_group_size=row_group_rows)
+                if stats_out is not None:
+                    stats_out.write_table(out.stats, row_group_size=row_group_rows)
+        finally:
+            if stats_out is not None:
+                stats_out.close()
+    return walk.counts()
+
+
+_NO_STATS = PAGE_STATS_FILE_SCHEMA.empty_table()

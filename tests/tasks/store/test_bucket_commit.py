@@ -1,0 +1,76 @@
+"""The commit's one pass over buckets of pages (``tasks.store.bucket_commit``, issue 19).
+
+``test_history_commit`` checks its rows against the commit before issue 8 and its
+statistics against a rebuild; here: the page hash and the buckets the files' order rests
+on, and files in another order (a rebuild's, a store from before) read correctly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import tasks.store.history as history
+from tasks.store.bucket_commit import PAGE_HASH_ORDER, bucket_of, page_hash
+from tasks.store.history import HistoryStore
+from tests.tasks.store.test_history_commit import (
+    _commit,
+    assert_stats_equal_a_rebuild,
+    reference_commit,
+    tricky_parts,
+)
+
+
+def test_page_hash_is_a_bijection_and_buckets_are_ranges_of_it():
+    rng = np.random.default_rng(3)
+    edges = np.array([0, 1, -1, 2**63 - 1, -(2**63)], dtype=np.int64)
+    ids = np.concatenate([edges, rng.integers(-(2**63), 2**63 - 1, 200_000), np.arange(1000)])
+    ids = np.unique(ids)
+    hashes = page_hash(ids)
+    assert hashes.dtype == np.uint64 and len(np.unique(hashes)) == len(ids)  # no ties
+    ordered = np.sort(hashes)
+    for buckets in (1, 2, 3, 7, 64):
+        which = bucket_of(ordered, buckets)
+        assert which.min() >= 0 and which.max() == buckets - 1
+        assert (np.diff(which.astype(np.int64)) >= 0).all()  # a file in hash order: in buckets
+    sequential = bucket_of(page_hash(np.arange(10_000, dtype=np.int64)), 4)
+    assert np.bincount(sequential.astype(np.int64)).min() > 2_200  # small ids spread too
+
+
+@pytest.fixture
+def small_buckets(monkeypatch):
+    monkeypatch.setattr(history, "COMMIT_BATCH_ROWS", 7)
+    monkeypatch.setattr(history, "COMMIT_BUCKET_ROWS", 40)
+
+
+def test_statistics_in_another_order_are_merged_as_in_hash_order(tmp_path, small_buckets):
+    """A rebuild writes the statistics in DuckDB's order; the next commit reads them by
+    filtering each bucket, adds its sums exactly as to its own, and writes them in hash
+    order again."""
+    rng = np.random.default_rng(8)
+    store = HistoryStore(tmp_path)
+    for cycle_id in range(2):
+        _commit(store, cycle_id, tricky_parts(rng, cycle_id, pages=90))
+    assert store.manifest()["stats"]["order"] == PAGE_HASH_ORDER
+    store.rebuild_stats()
+    assert "order" not in store.manifest()["stats"]
+    parts = tricky_parts(rng, 2, pages=90)
+    expected = reference_commit(store, 2, parts)
+    _commit(store, 2, parts)
+    assert store.read([2]).equals(expected)
+    assert store.manifest()["stats"]["order"] == PAGE_HASH_ORDER
+    assert_stats_equal_a_rebuild(store)
+
+
+def test_the_written_files_are_in_page_hash_order(tmp_path, small_buckets):
+    rng = np.random.default_rng(4)
+    store = HistoryStore(tmp_path)
+    for cycle_id in range(2):
+        _commit(store, cycle_id, tricky_parts(rng, cycle_id, pages=120))
+    manifest = store.manifest()
+    last = manifest["last"]["after"]
+    assert last["order"] == PAGE_HASH_ORDER
+    for rel in (manifest["stats"]["file"], last["file"]):
+        hashes = page_hash(pq.read_table(store.dir / rel, columns=["url_id"])["url_id"].to_numpy())
+        assert len(hashes) > 40 and (hashes[1:] > hashes[:-1]).all(), rel
