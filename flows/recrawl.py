@@ -3,12 +3,17 @@
 Shape of a run:
 
 1. ``refresh-signals`` reads the due hosts' sitemaps and feeds (cheap change signals,
-   ``tasks.discovery.signals``), then ``plan-cycle`` writes the plan Parquet; ``split-plan`` cuts it into host batches under
-   ``<root>/_work/cycle=<id>/`` (``tasks.cycle.work``). A re-run of a cycle that crashed resumes
-   its split; a cycle already committed is left alone unless ``replace``.
+   ``tasks.discovery.signals``), then ``plan-cycle`` writes the plan Parquet; ``split-plan``
+   cuts it into host batches under ``<root>/_work/cycle=<id>/`` (``tasks.cycle.work``). A
+   re-run of a cycle that crashed resumes its split; a cycle already committed is left alone
+   unless ``replace``.
 2. ``host-limits`` creates or checks the ``tag:host:<h>`` concurrency limits and repairs
    slots a crashed run left taken (``tasks.cycle.host_limits``). Before anything, earlier runs on
    the same root whose process died (SIGKILL) are set ``Crashed`` (``tasks.cycle.run_claims``).
+   Where listings or JSON endpoints are declared, ``listing-pass`` then reads the due listings,
+   fetches the items they show changed (through their endpoint where one is declared), records
+   the others unchanged and takes both out of the planner's batches, within the cycle's budget
+   (``tasks.listings``); ``listing-summaries`` keeps the summaries after the commit.
 3. One ``fetch-host-batch`` task per batch, tagged ``host:<h>`` for each of its hosts, so
    the server never runs two batches of a host at once, across runs and machines. Slices of
    one large host are chained in this run (``wait_for``) instead of polling for the slot.
