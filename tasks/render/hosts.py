@@ -24,6 +24,7 @@ from models.content.extract import DEFAULT_RULES, extract
 from models.content.extract_rules import ExtractionRules
 from models.discovery.render_need import RenderVerdict, judge_render_need, record_richness
 from models.discovery.urls import InvalidURLError, normalize
+from models.outcomes import WITH_BODY, sql_list
 from tasks.fetch.engine import FetchRequest, fetch_batch
 from tasks.fetch.render import BrowserPool, RenderSettings, browser_executable
 from tasks.fetch.rows import record_hash
@@ -186,7 +187,8 @@ def probe_due_hosts(
 def cycle_pages_by_host(
     root: str | Path, cycle_id: int, *, per_host: int = 3
 ) -> dict[str, list[str]]:
-    """Up to ``per_host`` pages per host the cycle fetched ``ok`` (their catalog URLs), by
+    """Up to ``per_host`` pages per host the cycle fetched with a body (``models.outcomes.
+    WITH_BODY``; their catalog URLs), by
     DuckDB over the cycle's history rows and the catalog."""
     con = connect()
     con.register("history", HistoryStore(root).relation(con))
@@ -194,9 +196,9 @@ def cycle_pages_by_host(
     rows = con.sql(
         """SELECT host, list(url ORDER BY url_id)[1:$k] AS urls FROM (
                SELECT h.host, h.url_id, c.url FROM history h JOIN catalog c USING (url_id)
-                WHERE h.cycle_id = $cycle AND h.outcome = 'ok')
+                WHERE h.cycle_id = $cycle AND h.outcome IN (SELECT unnest($with_body)))
            GROUP BY host ORDER BY host""",
-        params={"cycle": int(cycle_id), "k": int(per_host)},
+        params={"cycle": int(cycle_id), "k": int(per_host), "with_body": sql_list(WITH_BODY)},
     ).fetchall()
     return {host: list(urls) for host, urls in rows}
 
