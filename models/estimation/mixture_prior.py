@@ -30,6 +30,15 @@ and standard deviation of the rate). Pages with no history get their group's typ
 the geometric mean of its Gamma (``MixturePrior.group_typical``; also their ``prior_rate``);
 the low end of a 90% interval is not clamped (a rate at the floor may be slower still).
 
+A page with observed intervals is then planned at its **freshness-equivalent rate**: the
+rate whose fresh share ``(1 - e^(-rI)) / (rI)`` at the page's mean observed interval ``I`` is
+the share its mixture posterior expects (``CERTAINTY_EQUIVALENT``; between the posterior's
+harmonic and arithmetic means). The share is convex in r, so a posterior's spread matters,
+not only its centre: pages that changed at every long interval have a likelihood flat above
+a few changes a month, and their centre sat where the level distribution's untested mass
+put it (issue 18: hosts at ~1 a day estimated at 7 and given up). The ``log_std`` and the
+90% interval are the posterior's, as before.
+
 Trusted Last-Modified ages (``PageMoments.aged_count`` / ``aged_days``, see
 ``models.estimation.rate_data.with_trusted_ages``) add ``K log r - r S`` to a page's log-likelihood:
 on the grid, to the pooled group levels, and in closed form against a Gamma (a page with no
