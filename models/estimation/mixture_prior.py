@@ -36,8 +36,8 @@ the share its mixture posterior expects (``CERTAINTY_EQUIVALENT``; between the p
 harmonic and arithmetic means). The share is convex in r, so a posterior's spread matters,
 not only its centre: pages that changed at every long interval have a likelihood flat above
 a few changes a month, and their centre sat where the level distribution's untested mass
-put it (issue 18: hosts at ~1 a day estimated at 7 and given up). The ``log_std`` and the
-90% interval are the posterior's, as before.
+put it (issue 18: hosts at ~1 a day estimated at 7 and given up). ``log_std`` stays the
+posterior's (the 90% interval spans +-1.645 of it around the rate planned).
 
 Trusted Last-Modified ages (``PageMoments.aged_count`` / ``aged_days``, see
 ``models.estimation.rate_data.with_trusted_ages``) add ``K log r - r S`` to a page's log-likelihood:
