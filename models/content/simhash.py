@@ -55,7 +55,8 @@ def simhash(text: str, *, width: int = SHINGLE_WIDTH) -> int:
         return 0
     # Each occurrence votes, so a shingle's weight is its frequency in the text.
     little = shingles.astype("<u8", copy=False)
-    bits = np.unpackbits(little.view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
+    # one flat unpack (row i holds bit j of shingle i at column j): faster than by rows
+    bits = np.unpackbits(little.view(np.uint8), bitorder="little").reshape(-1, 64)
     ones = bits.sum(axis=0, dtype=np.int64)
     # bit b of the fingerprint is set where most shingles have it: packed little-endian
     packed = np.packbits(2 * ones > shingles.size, bitorder="little")
