@@ -12,7 +12,7 @@ Runs after the plan is split and before the host batches are fetched
    url ids, no loop over items), for the items of the catalog:
 
    - unchanged: recorded as an observation of the item without fetching it
-     (``listings-unchanged``: outcome ``not_modified``, reason ``listing: summary unchanged``,
+     (``listings-unchanged``: outcome ``listing_unchanged``, reason ``listing: summary unchanged``,
      cost 0, the validators and record hash of its last observation carried), and taken out
      of the planner's batches if it was planned: it is not fetched just to confirm;
    - changed, or never summarized before: fetched in this cycle (``listings-items``), and
@@ -544,7 +544,7 @@ def _history_rows(found: pa.Table) -> pa.Table:
         "host": found["host"],
         "cycle_id": found["cycle_id"],
         "fetched_at": found["fetched_at"].cast(HISTORY_SCHEMA.field("fetched_at").type),
-        "outcome": pa.array(["not_modified"] * n, pa.string()),
+        "outcome": pa.array(["listing_unchanged"] * n, pa.string()),
         "record_hash": found["record_hash"],
         "simhash": found["simhash"],
         "etag": found["etag"],

@@ -121,7 +121,7 @@ def test_changed_items_are_fetched_and_unchanged_ones_recorded_without_a_fetch(s
     assert all(not truly[u] for u in quiet["url_id"])  # recorded unchanged: truly unchanged
     assert all(truly[u] for u in fetched["url_id"])  # fetched: truly changed
     assert fetched["changed"].all() and not quiet["changed"].any()
-    assert (quiet["outcome"] == "not_modified").all() and (quiet["cost"] == 0).all()
+    assert (quiet["outcome"] == "listing_unchanged").all() and (quiet["cost"] == 0).all()
     # the server saw only the listings and the changed items of host 0
     paths = {
         e.path
