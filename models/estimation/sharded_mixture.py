@@ -167,15 +167,18 @@ class MixtureShard:
         seen = self._levels().likelihood[self._levels().informed]
         if seen.shape[0] == 0:
             return np.zeros(_GRID.shape[0])
-        return np.asarray((1.0 / (seen @ prior)) @ seen, dtype=np.float64)
+        # einsum, not BLAS, as _group_levels (OpenBLAS threads spin on a shared machine)
+        share = np.einsum("i,ij->j", 1.0 / np.einsum("ij,j->i", seen, prior), seen)
+        return np.asarray(share, dtype=np.float64)
 
     def level_posterior(self, prior: FloatArray) -> None:
         """Each group's level under the level distribution ``prior`` (kept)."""
         post = self._levels().likelihood * prior
         post /= post.sum(axis=1, keepdims=True)
-        mean = post @ _GRID
+        mean = np.einsum("ij,j->i", post, _GRID)
+        var = np.maximum(np.einsum("ij,j->i", post, _GRID**2) - mean**2, 0.0)
         self.group_log_rate = np.asarray(mean, dtype=np.float64)
-        self.group_log_var = np.asarray(np.maximum(post @ _GRID**2 - mean**2, 0.0), np.float64)
+        self.group_log_var = np.asarray(var, dtype=np.float64)
 
     def _levels(self) -> Levels:
         if self.levels is None:
