@@ -207,11 +207,20 @@ def _extract(
 
 
 def _worker_main(index: int, inbox: Any, results: Connection) -> None:
-    """A worker process: take items in order, answer each (an error is an answer)."""
+    """A worker process: take items in order, answer each (an error is an answer).
+
+    Answers go back in lists: those of the items taken while more were already waiting,
+    sent before the worker would wait for the next (so none is held while it is idle), at
+    most ``_ANSWER_BATCH`` at a time. Under load this is one message per several items
+    instead of one each, on both sides of the pipe."""
     # the pid too: a replacement of a dead worker must never publish under a name the dead
     # one's rows point into
     state = _WorkerState(f"{index}p{os.getpid()}")
+    answers: list[tuple[int, bool, Any]] = []
     while True:
+        if answers and (len(answers) >= _ANSWER_BATCH or inbox.empty()):
+            results.send(answers)
+            answers = []
         message = inbox.get()
         kind, job, key, payload = message
         if kind == _STOP:
@@ -220,11 +229,17 @@ def _worker_main(index: int, inbox: Any, results: Connection) -> None:
             state.open(key, payload[0])
             continue
         try:
-            answer = (job, True, state.do(kind, key, payload))
+            answers.append((job, True, state.do(kind, key, payload)))
         except Exception as exc:  # any failure is the item's outcome, never the worker's end
-            answer = (job, False, f"{type(exc).__name__}: {exc}")
-        results.send(answer)
+            answers.append((job, False, f"{type(exc).__name__}: {exc}"))
+    if answers:
+        results.send(answers)
     results.close()
+
+
+#: Answers a worker sends in one message at most (each is a row's digest, links or WARC
+#: location: small, but an item's wait for its answer grows with the batch).
+_ANSWER_BATCH = 16
 
 
 # ---------------------------------------------------------------------- the pool
@@ -442,19 +457,22 @@ class ContentPool:
         """Take every answer the worker has sent; False once its pipe is closed."""
         try:
             while worker.results.poll():
-                job, ok, value = worker.results.recv()
-                self._answer(worker, job, ok, value)
+                self._answer(worker, worker.results.recv())
         except (EOFError, OSError):
             return False
         return True
 
-    def _answer(self, worker: _Worker, job: int, ok: bool, value: Any) -> None:
+    def _answer(self, worker: _Worker, answers: list[tuple[int, bool, Any]]) -> None:
+        settled = []
         with self._cond:
-            worker.pending.discard(job)
-            entry = self._jobs.pop(job, None)
+            for job, ok, value in answers:
+                worker.pending.discard(job)
+                entry = self._jobs.pop(job, None)
+                if entry is not None:
+                    settled.append((entry[1], job, ok, value))
             self._cond.notify_all()
-        if entry is not None:
-            entry[1](job, ok, value)
+        for done, job, ok, value in settled:
+            done(job, ok, value)
 
     def _dead(self, worker: _Worker) -> None:
         with self._cond:
