@@ -323,8 +323,8 @@ class LearnedSignals:
     learned from the planner's own revisits (``learn_trust``; ``models.discovery.lastmod``).
 
     Each host's sitemap (where it sends lastmod) and feed is read before a cycle on the
-    deployment's schedule (``tasks.discovery.signals.SignalSchedule``: every cycle, but only
-    every ``recheck_days`` once ``settled_examples`` revisits left the signal unproven), one
+    deployment's schedule (``tasks.discovery.signals.due_hosts``: every cycle, but only every
+    ``recheck_days`` once the signal is known to tell nothing), one
     request each, counted in ``reads`` (cost units at one a request): the reads are not
     taken from the fetch budget (in the deployment the sitemap reader runs before the
     cycle, as discovery), so a run reports its cost per change with and without them.
@@ -379,10 +379,19 @@ class LearnedSignals:
 
     def _due(self, source: str, day: int) -> BoolArray:
         """Hosts whose ``source`` is read today: every day, but only every ``recheck_days``
-        once ``settled_examples`` revisits left it unproven (``tasks.discovery.signals``)."""
+        once it is known to tell nothing: constant over revisits that found changed and
+        unchanged pages, or left unproven by ``settled_examples`` revisits
+        (``tasks.discovery.signals.due_hosts``)."""
         e = self.evidence[source]
-        total = e.signaled_changed + e.signaled_unchanged + e.quiet_changed + e.quiet_unchanged
-        settled = (total >= self.settled_examples) & (signal_z(e) < self.options["min_z"])
+        changed = e.signaled_changed + e.quiet_changed
+        unchanged = e.signaled_unchanged + e.quiet_unchanged
+        signaled = e.signaled_changed + e.signaled_unchanged
+        constant = (
+            (changed > 0) & (unchanged > 0) & ((signaled == 0) | (signaled == changed + unchanged))
+        )
+        total = changed + unchanged
+        unproven = (total >= self.settled_examples) & (signal_z(e) < self.options["min_z"])
+        settled = (constant & (total >= 10)) | unproven
         wait = np.where(settled, self.recheck_days, 1.0)
         return np.asarray(day - self.last_read[source] >= wait)
 

@@ -2,10 +2,11 @@
 
 ``refresh_signals(root, now)`` runs before the cycle's plan. Sitemaps and feeds are pages with
 a rate too (a host's sitemap changes whenever any of its pages does), so each host's are read
-on a schedule of their own (``SignalSchedule``): every cycle while the host's trust is still
-being learned or has proved the signal informative, and only every ``recheck`` once enough
-revisits showed it tells nothing (a sitemap that always says "now", or never changes): reading
-it daily would cost a request a day for a ratio of 1. When each host was last read is kept in
+on a schedule of their own (``SignalSchedule``, ``due_hosts``): every cycle while the host's
+trust is still being learned or has proved the signal informative, and only every ``recheck``
+once reading it is known to tell nothing (no lastmod and no feed; a sitemap that always says
+"now", or never changes; a signal enough revisits left unproven): reading it daily would cost
+requests every day for a ratio of 1. When each host was last read is kept in
 ``<root>/signals/signal_reads.parquet``.
 
 * Sitemaps: the due hosts' robots.txt ``Sitemap:`` lines and sitemaps are read by the
@@ -66,26 +67,50 @@ class SignalRefresh:
 def due_hosts(
     root: str | Path, hosts: list[str], now: datetime, schedule: SignalSchedule
 ) -> list[str]:
-    """The hosts whose sitemap and feeds are due (see ``SignalSchedule``)."""
+    """The hosts whose sitemap and feeds are due (see ``SignalSchedule``).
+
+    A host waits ``recheck`` instead of ``every`` once reading it is known to tell nothing:
+    read before and no page of it has a lastmod and it has no feed; or its signal constant
+    over revisits that found both changed and unchanged pages (always "now", or stale: a
+    ratio of exactly 1, whatever more revisits say); or ``settled_examples`` revisits left
+    it unproven (a z below ``min_z``), for every source it has.
+    """
     last = _last_reads(root)
-    settled: set[str] = set()
+    quiet_sources: dict[str, set[str]] = {}
     for source in EVIDENCE_FILES:
-        names, evidence = host_evidence(root, source)
-        total = (
-            evidence.signaled_changed
-            + evidence.signaled_unchanged
-            + evidence.quiet_changed
-            + evidence.quiet_unchanged
-        )
-        quiet = (total >= schedule.settled_examples) & (signal_z(evidence) < schedule.min_z)
-        settled |= {h for h, q in zip(names, quiet.tolist(), strict=True) if q}
+        names, e = host_evidence(root, source)
+        changed = e.signaled_changed + e.quiet_changed
+        unchanged = e.signaled_unchanged + e.quiet_unchanged
+        signaled = e.signaled_changed + e.signaled_unchanged
+        quiet = e.quiet_changed + e.quiet_unchanged
+        constant = (changed > 0) & (unchanged > 0) & ((signaled == 0) | (quiet == 0))
+        total = changed + unchanged
+        unproven = (total >= schedule.settled_examples) & (signal_z(e) < schedule.min_z)
+        settled = (constant & (total >= 10)) | unproven
+        quiet_sources[source] = {h for h, q in zip(names, settled.tolist(), strict=True) if q}
+    with_lastmod, with_feed = _hosts_with_signals(root)
     due = []
     for host in hosts:
         seen = last.get(host)
-        wait = schedule.recheck if host in settled else schedule.every
+        silent = seen is not None and host not in with_lastmod and host not in with_feed
+        told_nothing = (host not in with_lastmod or host in quiet_sources["lastmod"]) and (
+            host not in with_feed or host in quiet_sources["feed"]
+        )
+        wait = schedule.recheck if silent or told_nothing else schedule.every
         if seen is None or now - seen >= wait:
             due.append(host)
     return due
+
+
+def _hosts_with_signals(root: str | Path) -> tuple[set[str], set[str]]:
+    """Hosts with a page whose catalog row has a lastmod; hosts with a known feed."""
+    feeds = set(known_feeds(root)["host"].to_pylist())
+    catalog = CatalogStore(root)
+    if not catalog.path.exists():
+        return set(), feeds
+    con = connect()
+    rows = catalog.relation(con).filter("lastmod IS NOT NULL").aggregate("host", "host")
+    return {h for (h,) in rows.fetchall()}, feeds
 
 
 async def refresh_signals(

@@ -131,11 +131,19 @@ def origin_of(url: str) -> str:
     return f"{scheme}://{rest.split('/', 1)[0]}"
 
 
+#: Connections the sitemap client keeps at most (hosts are read this many at a time).
+POOL_CONNECTIONS = 16
+
+
 def make_sitemap_client(settings: SitemapSettings) -> httpx.AsyncClient:
     """httpx with its own transport under the address policy (every redirect hop judged,
     every name resolved once and connected to at the judged address)."""
     policy = AddressPolicy.from_strings(settings.allowed_networks)
-    transport = guarded_httpx_transport(policy, limits=httpx.Limits())
+    # A small pool: httpcore scans every pooled connection (and every queued request) on
+    # each request, so one pool of ~200 hosts' connections cost 2/3 of a 200-host refresh's
+    # CPU (measured); hosts beyond the pool wait for a connection instead.
+    limits = httpx.Limits(max_connections=POOL_CONNECTIONS, max_keepalive_connections=8)
+    transport = guarded_httpx_transport(policy, limits=limits)
     return httpx.AsyncClient(
         headers={"User-Agent": settings.user_agent, "Accept-Encoding": "gzip"},
         timeout=httpx.Timeout(settings.timeout_s, connect=10.0),

@@ -126,3 +126,43 @@ def test_feeds_are_found_on_home_pages_read_and_settled_hosts_wait(tmp_path):
     # read just now: not due again within the cycle; due a day later
     assert due_hosts(tmp_path, [host], later + timedelta(hours=2), schedule) == []
     assert due_hosts(tmp_path, [host], later + timedelta(days=1), schedule) == [host]
+
+
+def test_a_host_whose_signal_tells_nothing_is_read_weekly(tmp_path):
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from tasks.discovery.lastmod_trust import EVIDENCE_FILE, EVIDENCE_SCHEMA
+    from tasks.discovery.signals import _note_reads
+    from tasks.store.catalog import CatalogStore
+    from tasks.store.durable import durable_write_parquet
+
+    stamp = datetime(2026, 1, 1, tzinfo=UTC)
+    CatalogStore(tmp_path).upsert(
+        pd.DataFrame(
+            {
+                "url": ["http://now.test/a", "http://honest.test/a", "http://none.test/a"],
+                "host": ["now.test", "honest.test", "none.test"],
+                "lastmod": pd.array([stamp, stamp, None], dtype="datetime64[us, UTC]"),
+            }
+        )
+    )
+    counts = {  # "now": every revisit signalled, changed or not; honest: signal = change
+        "cycle_id": [1, 1],
+        "host": ["now.test", "honest.test"],
+        "signaled_changed": [6, 6],
+        "signaled_unchanged": [9, 0],
+        "quiet_changed": [0, 0],
+        "quiet_unchanged": [0, 9],
+    }
+    durable_write_parquet(pa.table(counts, EVIDENCE_SCHEMA), tmp_path / EVIDENCE_FILE)
+    hosts = ["honest.test", "none.test", "now.test", "new.test"]
+    _note_reads(tmp_path, hosts[:3], stamp)
+    schedule = SignalSchedule()
+    # a day later: the honest host again, the never-read one; "now" and no-lastmod wait
+    assert due_hosts(tmp_path, hosts, stamp + timedelta(days=1), schedule) == [
+        "honest.test",
+        "new.test",
+    ]
+    assert due_hosts(tmp_path, hosts, stamp + timedelta(days=7), schedule) == hosts
