@@ -213,7 +213,14 @@ class PageMoments:
         return self.changed_sum
 
     def take(self, pages: IntArray) -> IntervalStats:
-        """Node-form statistics of some pages (sorted positions)."""
+        """Node-form statistics of some pages (sorted positions).
+
+        A run of consecutive positions (every page of a block observed, typically) is read
+        as a slice: views, not a gather of every column.
+        """
+        n = pages.shape[0]
+        if n and int(pages[-1]) - int(pages[0]) == n - 1 and bool((pages[1:] > pages[:-1]).all()):
+            return self.rows(slice(int(pages[0]), int(pages[-1]) + 1)).to_stats()
         return self.rows(pages).to_stats()
 
     def page_range(self, lo: int, hi: int) -> IntervalStats:
