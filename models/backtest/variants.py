@@ -13,6 +13,9 @@ default comparison: each changes one thing, so its effect can be read off agains
 * ``planner+horizon`` - leftover budget ranked by what a visit buys before the page
   would be due anyway (``backtest_select.select_with_horizon``);
 * ``planner+nearest`` - leftover budget to the pages nearest their due time;
+* ``planner-centre`` - the deployed planner (``plan_from_moments``) with every page planned at
+  its posterior's centre, as before session 9, not at its freshness-equivalent rate
+  (``models.estimation.mixture_prior.CERTAINTY_EQUIVALENT``);
 * ``oracle+slices`` - the oracle with the planner's reserved slices (what they cost);
 * ``oracle-groups`` - the oracle told each group's mean true rate, not each page's: what
   knowing every group exactly buys, without any page's own behaviour (a diagnostic, not a
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.backtest.deployed import DeployedPlannerPolicy
 from models.backtest.learning import (
     EmpiricalBayesLearner,
     Estimate,
@@ -36,6 +40,7 @@ from models.backtest.policies import PlannerPolicy, Policy, Selector
 from models.backtest.registry import FACTORIES, PolicyContext, register_policy
 from models.backtest.select import select_nearest_due, select_with_horizon, select_with_probes
 from models.backtest.web import IntArray, RateSchedule
+from models.estimation import mixture_prior
 from models.planning.select import Slices
 
 
@@ -100,6 +105,30 @@ def _group_oracle(ctx: PolicyContext) -> Policy:
     )
 
 
+class CentrePlannerPolicy(DeployedPlannerPolicy):
+    """The deployed planner with the mixture prior's posterior centres as the rates planned
+    (``planner-centre``): the freshness-equivalent rate switched off around each cycle."""
+
+    def choose(self, day: int) -> IntArray:
+        saved = mixture_prior.CERTAINTY_EQUIVALENT
+        mixture_prior.CERTAINTY_EQUIVALENT = False
+        try:
+            return super().choose(day)
+        finally:
+            mixture_prior.CERTAINTY_EQUIVALENT = saved
+
+
+def _centre_planner(ctx: PolicyContext) -> Policy:
+    settings = ctx.planner_settings()
+    return CentrePlannerPolicy(
+        ctx.workload.web,
+        ctx.budget,
+        objective=settings.objective,
+        seed=settings.seed,
+        name="planner-centre",
+    )
+
+
 def _gamma_planner(ctx: PolicyContext) -> Policy:
     learner = EmpiricalBayesLearner(ctx.workload.web.groups)
     return PlannerPolicy(
@@ -115,6 +144,7 @@ _prior_variant("planner+recent", recent=True)
 _prior_variant("planner+lean", slices=Slices(0.05, 0.02, 0.01))
 _prior_variant("planner+horizon", selector=select_with_horizon)
 _prior_variant("planner+nearest", selector=select_nearest_due)
+register_policy("planner-centre")(_centre_planner)
 register_policy("oracle+slices")(_oracle_with_slices)
 register_policy("oracle-groups")(_group_oracle)
 
