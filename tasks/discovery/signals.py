@@ -29,8 +29,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from models.discovery.lastmod import signal_z
+from models.discovery.urls import url_host
 from tasks.discovery.feeds import FeedReading, known_feeds, read_feeds
-from tasks.discovery.lastmod_trust import EVIDENCE_FILES, host_evidence
+from tasks.discovery.lastmod_trust import EVIDENCE_FILES, host_evidence, read_feed_entries
 from tasks.discovery.run import DiscoverySettings, discover
 from tasks.discovery.sitemaps import SitemapSettings
 from tasks.fetch.settings import FetchSettings
@@ -70,10 +71,10 @@ def due_hosts(
     """The hosts whose sitemap and feeds are due (see ``SignalSchedule``).
 
     A host waits ``recheck`` instead of ``every`` once reading it is known to tell nothing:
-    read before and no page of it has a lastmod and it has no feed; or its signal constant
-    over revisits that found both changed and unchanged pages (always "now", or stale: a
-    ratio of exactly 1, whatever more revisits say); or ``settled_examples`` revisits left
-    it unproven (a z below ``min_z``), for every source it has.
+    read before and no page of it has a lastmod and its feed (if any) gave no entry; or its
+    signal constant over revisits that found both changed and unchanged pages (always "now",
+    or stale: a ratio of exactly 1, whatever more revisits say); or ``settled_examples``
+    revisits left it unproven (a z below ``min_z``), for every source it has.
     """
     last = _last_reads(root)
     quiet_sources: dict[str, set[str]] = {}
@@ -103,8 +104,9 @@ def due_hosts(
 
 
 def _hosts_with_signals(root: str | Path) -> tuple[set[str], set[str]]:
-    """Hosts with a page whose catalog row has a lastmod; hosts with a known feed."""
-    feeds = set(known_feeds(root)["host"].to_pylist())
+    """Hosts with a page whose catalog row has a lastmod; hosts whose feed gave entries at
+    its last reading (a declared feed that answers nothing, or nothing dated, tells nothing)."""
+    feeds = {url_host(f) for f in set(read_feed_entries(root)["feed"].to_pylist())}
     catalog = CatalogStore(root)
     if not catalog.path.exists():
         return set(), feeds
