@@ -112,6 +112,7 @@ class StagedRows:
         self.rows = 0
         self._sink: pa.OSFile | None = None
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
+        self._buckets: list[Path] = []  # the rows split by bucket (``partition``)
 
     def append(self, table: pa.Table) -> None:
         if self._writer is None:
@@ -155,9 +156,33 @@ class StagedRows:
             for index in range(reader.num_record_batches):
                 yield reader.get_batch(index)
 
+    def partition(self, buckets: int) -> None:
+        """Split the staged rows into one IPC file per bucket (one more write and read of
+        them), so each bucket reads its own rows only: with more than
+        ``PARTITION_ABOVE`` buckets, reading every part once per bucket would cost more."""
+        if buckets <= PARTITION_ABOVE or self._buckets:
+            return
+        paths = [self.path.with_name(f"bucket-{b:05d}.arrow") for b in range(buckets)]
+        with contextlib.ExitStack() as stack:
+            writers = []
+            for path in paths:
+                sink = stack.enter_context(pa.OSFile(str(path), "wb"))
+                writers.append(stack.enter_context(pa.ipc.new_file(sink, _STAGED_SCHEMA)))
+            for batch in self._staged_batches():
+                which = bucket_of(batch.column(_HASH).to_numpy(), buckets)
+                bounds = np.searchsorted(which, np.arange(buckets + 1))
+                for b in np.flatnonzero(np.diff(bounds)):
+                    writers[b].write_batch(batch.slice(bounds[b], bounds[b + 1] - bounds[b]))
+        self._buckets = paths
+
     def bucket(self, bucket: int, buckets: int) -> tuple[pa.Table, np.ndarray]:
         """The staged rows of one bucket's pages (a page's rows in staging order) and
         their page hashes."""
+        if self._buckets:
+            assert len(self._buckets) == buckets
+            table = _read_ipc(self._buckets[bucket]).combine_chunks()
+            self._buckets[bucket].unlink()
+            return table.drop_columns([_HASH]), table[_HASH].to_numpy()
         pieces = []
         for batch in self._staged_batches():
             if buckets > 1:
@@ -174,6 +199,17 @@ class StagedRows:
 
 _HASH = "_page_hash"
 _STAGED_SCHEMA = HISTORY_SCHEMA.append(pa.field(_HASH, pa.uint64()))
+#: Above this many buckets the staged rows are first split by bucket (``partition``).
+PARTITION_ABOVE = 4
+
+
+def _read_ipc(path: Path) -> pa.Table:
+    with pa.OSFile(str(path), "rb") as source:
+        reader = pa.ipc.open_file(source)
+        return pa.Table.from_batches(
+            [reader.get_batch(i) for i in range(reader.num_record_batches)],
+            schema=_STAGED_SCHEMA,
+        )
 
 
 class SortedRuns:
@@ -600,6 +636,7 @@ def commit_in_buckets(
             else None
         )
         try:
+            staged.partition(buckets)
             for bucket in range(buckets):
                 rows, hashes = staged.bucket(bucket, buckets)
                 out = commit_bucket(

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+import tasks.store.bucket_commit as bucket_commit
 import tasks.store.history as history
 from tasks.store.bucket_commit import PAGE_HASH_ORDER, bucket_of, page_hash
 from tasks.store.history import HistoryStore
@@ -44,10 +45,14 @@ def small_buckets(monkeypatch):
     monkeypatch.setattr(history, "COMMIT_BUCKET_ROWS", 40)
 
 
-def test_statistics_in_another_order_are_merged_as_in_hash_order(tmp_path, small_buckets):
+@pytest.mark.parametrize("split_above", [0, 1000], ids=["staged rows split", "read per bucket"])
+def test_statistics_in_another_order_are_merged_as_in_hash_order(
+    tmp_path, small_buckets, monkeypatch, split_above
+):
     """A rebuild writes the statistics in DuckDB's order; the next commit reads them by
     filtering each bucket, adds its sums exactly as to its own, and writes them in hash
-    order again."""
+    order again; the same whether the staged rows are first split by bucket or not."""
+    monkeypatch.setattr(bucket_commit, "PARTITION_ABOVE", split_above)
     rng = np.random.default_rng(8)
     store = HistoryStore(tmp_path)
     for cycle_id in range(2):
