@@ -43,6 +43,8 @@ EVIDENCE_FILE = Path("signals") / "lastmod_evidence.parquet"
 #: Each source of a claimed last change and where its evidence is kept.
 EVIDENCE_FILES = {"lastmod": EVIDENCE_FILE, "feed": Path("signals") / "feed_evidence.parquet"}
 FEED_ENTRIES_FILE = Path("signals") / "feed_entries.parquet"
+READS_FILE = Path("signals") / "signal_reads.parquet"
+READS_SCHEMA = pa.schema([("host", pa.string()), ("read_at", pa.timestamp("us", tz="UTC"))])
 FEED_ENTRIES_SCHEMA = pa.schema(
     [
         ("url_id", pa.int64()),
@@ -57,16 +59,20 @@ EVIDENCE_SCHEMA = pa.schema(
 )
 
 _CYCLE_EVIDENCE = """
-WITH labelled AS (
-    SELECT h.host,
-           c.claimed > h.fetched_at - to_microseconds(
-               CAST(round(h.interval_days * 86400e6) AS BIGINT)) AS signaled,
-           h.changed
-      FROM history h JOIN claims c USING (url_id)
+WITH visits AS (
+    SELECT h.*, h.fetched_at - to_microseconds(
+               CAST(round(h.interval_days * 86400e6) AS BIGINT)) AS previous
+      FROM history h
      WHERE h.cycle_id = $cycle
        AND h.outcome IN (SELECT unnest($observed))
        AND h.changed IS NOT NULL AND h.interval_days IS NOT NULL
-       AND c.claimed IS NOT NULL AND c.claimed <= h.fetched_at
+), labelled AS (
+    SELECT v.host, c.claimed > v.previous AS signaled, v.changed
+      FROM visits v JOIN claims c USING (url_id) LEFT JOIN reads r ON r.host = v.host
+     WHERE c.claimed IS NOT NULL AND c.claimed <= v.fetched_at
+       -- what the planner saw: the host's signals read since the page's previous visit (a
+       -- host read weekly has stale claims in between; hosts never noted: read by discovery)
+       AND (r.read_at IS NULL OR (r.read_at > v.previous AND r.read_at <= v.fetched_at))
 )
 SELECT $cycle::BIGINT AS cycle_id, host,
        count(*) FILTER (WHERE signaled AND changed) AS signaled_changed,
@@ -99,6 +105,7 @@ def record_lastmod_evidence(root: str | Path, cycle_id: int, source: str = "last
     con = connect()
     con.register("history", HistoryStore(root).relation(con))
     con.register("claims", _claims(root, con, source))
+    con.register("reads", read_signal_reads(root))
     params = {"cycle": int(cycle_id), "observed": sql_list(OBSERVED)}
     counts = con.sql(_CYCLE_EVIDENCE, params=params).to_arrow_table().cast(EVIDENCE_SCHEMA)
     kept = read_lastmod_evidence(root, source)
@@ -126,6 +133,18 @@ def read_lastmod_evidence(root: str | Path, source: str = "lastmod") -> pa.Table
         return pq.read_table(path).cast(EVIDENCE_SCHEMA)
     except (OSError, pa.ArrowException) as exc:
         raise ValueError(f"unreadable {source} evidence at {path}: {exc}") from None
+
+
+def read_signal_reads(root: str | Path) -> pa.Table:
+    """When each host's sitemap and feeds were last read before a cycle (``host``,
+    ``read_at``; ``tasks.discovery.signals``); an empty table when never."""
+    path = Path(root) / READS_FILE
+    if not path.exists():
+        return READS_SCHEMA.empty_table()
+    try:
+        return pq.read_table(path).cast(READS_SCHEMA)
+    except (OSError, pa.ArrowException) as exc:
+        raise ValueError(f"unreadable signal reads at {path}: {exc}") from None
 
 
 def read_feed_entries(root: str | Path) -> pa.Table:

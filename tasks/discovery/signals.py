@@ -26,21 +26,23 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from models.discovery.lastmod import signal_z
 from models.discovery.urls import url_host
 from tasks.discovery.feeds import FeedReading, known_feeds, read_feeds
-from tasks.discovery.lastmod_trust import EVIDENCE_FILES, host_evidence, read_feed_entries
+from tasks.discovery.lastmod_trust import (
+    EVIDENCE_FILES,
+    READS_FILE,
+    host_evidence,
+    read_feed_entries,
+    read_signal_reads,
+)
 from tasks.discovery.run import DiscoverySettings, discover
 from tasks.discovery.sitemaps import SitemapSettings
 from tasks.fetch.settings import FetchSettings
 from tasks.store.catalog import CatalogStore
 from tasks.store.durable import durable_write_parquet
 from tasks.store.history import connect
-
-READS_FILE = Path("signals") / "signal_reads.parquet"
-READS_SCHEMA = pa.schema([("host", pa.string()), ("read_at", pa.timestamp("us", tz="UTC"))])
 
 
 @dataclass(frozen=True)
@@ -175,13 +177,7 @@ def _catalog_origins(root: str | Path) -> dict[str, str]:
 
 
 def _last_reads(root: str | Path) -> dict[str, datetime]:
-    path = Path(root) / READS_FILE
-    if not path.exists():
-        return {}
-    try:
-        table = pq.read_table(path).cast(READS_SCHEMA)
-    except (OSError, pa.ArrowException) as exc:
-        raise ValueError(f"unreadable signal reads at {path}: {exc}") from None
+    table = read_signal_reads(root)
     return dict(zip(table["host"].to_pylist(), table["read_at"].to_pylist(), strict=True))
 
 
