@@ -46,6 +46,7 @@ from models.planning.select import (
     Candidates,
     CyclePlan,
     Slices,
+    apply_change_signals,
 )
 
 FloatArray = NDArray[np.float64]
@@ -316,14 +317,21 @@ class ShardSelection:
     host_capacity: FloatArray
     offset: int
     state: SelectionState
+    #: each candidate's likelihood ratio of a change from cheap signals (``select_batch``'s
+    #: ``change_ratio``); None: no signals
+    change_ratio: FloatArray | None = None
 
     @classmethod
     def start(
-        cls, candidates: Candidates, host_capacity: FloatArray, offset: int
+        cls,
+        candidates: Candidates,
+        host_capacity: FloatArray,
+        offset: int,
+        change_ratio: FloatArray | None = None,
     ) -> ShardSelection:
         capacity = np.asarray(host_capacity, dtype=np.float64)
         state = SelectionState.start(candidates.size, capacity.shape[0])
-        return cls(candidates, capacity, int(offset), state)
+        return cls(candidates, capacity, int(offset), state, change_ratio)
 
 
 @dataclass(frozen=True)
@@ -523,6 +531,19 @@ def finish_shard(shard: ShardSelection, settings: SelectionSettings) -> dict[str
     c = shard.candidates
     known, _, _, p_changed, gain = _page_terms(c, settings.cycle_days)
     state = shard.state
+    if shard.change_ratio is not None and c.size:
+        # host by host, like every signalled host's reorder in select_batch
+        p_changed, gain = apply_change_signals(
+            c,
+            shard.change_ratio,
+            state.taken,
+            state.reason,
+            state.score,
+            p_changed,
+            gain,
+            cycle_days=settings.cycle_days,
+            spend_leftover=settings.slices.spend_leftover,
+        )
     state.reason[state.taken & ~known] = DISCOVERY  # first visits keep their reason
     index = np.flatnonzero(state.taken)
     return {

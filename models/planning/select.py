@@ -37,6 +37,7 @@ sum for the budget.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -196,31 +197,17 @@ def select_batch(
         take(AHEAD, known & (c.frequency > 0) & (gain > 0), priority, remaining)
 
     if change_ratio is not None:
-        ratio = np.asarray(change_ratio, dtype=np.float64)
-        if ratio.shape != (c.size,) or not (ratio > 0).all():
-            raise PlanningInputError("change_ratio needs one positive ratio per candidate")
-        moved = known & (ratio != 1.0)
-        if moved.any():
-            posterior = np.where(moved, posterior_change(p_changed, ratio), p_changed)
-            base_gain = fresh_days_after_visit(c.rate, np.minimum(interval, 365.0))
-            moved_gain = posterior * base_gain
-            chosen, stage, redone = reorder_by_signal(
-                c,
-                taken,
-                reason,
-                moved,
-                ratio,
-                due,
-                c.value * moved_gain / c.cost,
-                spend_leftover=slices.spend_leftover,
-            )
-            mine = _hosts_of(c.hosts, moved)
-            taken[redone] = False
-            taken[chosen] = True
-            reason[chosen] = np.where(stage == 0, DUE, AHEAD)
-            p_changed = np.where(mine, posterior, p_changed)
-            gain = np.where(mine, moved_gain, gain)
-            score[chosen] = (c.value * moved_gain / c.cost)[chosen]
+        p_changed, gain = apply_change_signals(
+            c,
+            change_ratio,
+            taken,
+            reason,
+            score,
+            p_changed,
+            gain,
+            cycle_days=cycle_days,
+            spend_leftover=slices.spend_leftover,
+        )
 
     index = np.flatnonzero(taken)
     order = np.lexsort((-score[index], reason[index]))
@@ -236,10 +223,59 @@ def select_batch(
     )
 
 
+def apply_change_signals(
+    c: Candidates,
+    change_ratio: FloatArray,
+    taken: NDArray[np.bool_],
+    reason: NDArray[np.integer[Any]],
+    score: FloatArray,
+    p_changed: FloatArray,
+    gain: FloatArray,
+    *,
+    cycle_days: float,
+    spend_leftover: bool,
+) -> tuple[FloatArray, FloatArray]:
+    """After the takes: each signalled host's revisits chosen again by its pages' signals
+    (:func:`reorder_by_signal`), in place in ``taken``, ``reason`` and ``score``; returns
+    ``p_changed`` and ``gain`` with the signalled hosts' posteriors. Host by host, so the
+    sharded selection (``models.allocation.shards``) applies it shard by shard and gets the
+    same batch."""
+    ratio = np.asarray(change_ratio, dtype=np.float64)
+    if ratio.shape != (c.size,) or not (ratio > 0).all():
+        raise PlanningInputError("change_ratio needs one positive ratio per candidate")
+    known = ~np.isnan(c.days_since_visit)
+    moved = known & (ratio != 1.0)
+    if not moved.any():
+        return p_changed, gain
+    since = np.where(known, c.days_since_visit, 0.0)
+    with np.errstate(divide="ignore"):
+        interval = np.where(c.frequency > 0, 1.0 / c.frequency, np.inf)
+    due = known & (c.frequency > 0) & (since >= interval - 0.5 * cycle_days)
+    posterior = np.where(moved, posterior_change(p_changed, ratio), p_changed)
+    base_gain = fresh_days_after_visit(c.rate, np.minimum(interval, 365.0))
+    moved_gain = posterior * base_gain
+    chosen, stage, redone = reorder_by_signal(
+        c,
+        taken,
+        reason,
+        moved,
+        ratio,
+        due,
+        c.value * moved_gain / c.cost,
+        spend_leftover=spend_leftover,
+    )
+    mine = _hosts_of(c.hosts, moved)
+    taken[redone] = False
+    taken[chosen] = True
+    reason[chosen] = np.where(stage == 0, DUE, AHEAD)
+    score[chosen] = (c.value * moved_gain / c.cost)[chosen]
+    return np.where(mine, posterior, p_changed), np.where(mine, moved_gain, gain)
+
+
 def reorder_by_signal(
     c: Candidates,
     taken: NDArray[np.bool_],
-    reason: IntArray,
+    reason: NDArray[np.integer[Any]],
     moved: NDArray[np.bool_],
     ratio: FloatArray,
     due: NDArray[np.bool_],

@@ -125,7 +125,9 @@ def write_shards(
     """Split the pages of ``source`` (Parquet files, a glob allowed) into ``shards`` host
     shards under ``directory`` (``shard=<k>/*.parquet``), with DuckDB's ``PARTITION_BY``
     on a hash of the host; DuckDB spills to ``directory`` past ``memory_limit``."""
-    columns = ", ".join([*PAGE_COLUMNS, "capacity::DOUBLE AS capacity"])
+    columns = ", ".join(
+        [*PAGE_COLUMNS, "capacity::DOUBLE AS capacity", "change_ratio::DOUBLE AS change_ratio"]
+    )
     return partition_by_host(
         source,
         directory,
@@ -133,7 +135,10 @@ def write_shards(
         columns,
         required=PAGE_COLUMNS,
         what="the pages to plan",
-        defaults={"capacity": "NULL::DOUBLE"},  # the settings' capacity applies (read_shard)
+        defaults={
+            "capacity": "NULL::DOUBLE",  # the settings' capacity applies (read_shard)
+            "change_ratio": "1.0::DOUBLE",  # no cheap signal (select_batch's change_ratio)
+        },
         memory_limit=memory_limit,
     )
 
@@ -187,6 +192,8 @@ class ShardPages:
     value: NDArray[Any]
     cost: NDArray[Any]
     days_since_visit: NDArray[Any]
+    #: each page's likelihood ratio from cheap signals; None where every page's is 1
+    change_ratio: NDArray[Any] | None = None
 
     @property
     def size(self) -> int:
@@ -209,7 +216,9 @@ def read_shard(folder: Path, host_capacity: float, *, compact: bool = False) -> 
     sees), host codes are int32, and the labels (``url_id``, ``host``) are left out (empty):
     only the chosen rows need them, read again at the end (:func:`_labels`).
     """
-    table = _sorted_table(folder, [*PAGE_COLUMNS, "capacity"])
+    files = sorted(folder.glob("*.parquet"))
+    signalled = bool(files) and "change_ratio" in pq.read_schema(files[0]).names
+    table = _sorted_table(folder, [*PAGE_COLUMNS, "capacity", *(["change_ratio"] * signalled)])
 
     def floats(name: str, fill: float) -> NDArray[Any]:
         column = table[name]
@@ -225,6 +234,9 @@ def read_shard(folder: Path, host_capacity: float, *, compact: bool = False) -> 
     url_id = table["url_id"].to_numpy()
     if compact:
         url_id, host = url_id[:0], host[:0]
+    ratio = floats("change_ratio", 1.0) if signalled else None
+    if ratio is not None and (ratio == 1.0).all():
+        ratio = None
     return ShardPages(
         url_id,
         host,
@@ -235,6 +247,7 @@ def read_shard(folder: Path, host_capacity: float, *, compact: bool = False) -> 
         floats("value", np.nan),
         floats("cost", np.nan),
         floats("days_since_visit", np.nan),
+        ratio,
     )
 
 
@@ -312,7 +325,8 @@ class Resident:
             log_std=_f64(p.log_std),
             days_since_visit=_f64(p.days_since_visit),
         )
-        return ShardSelection(candidates, p.capacity, self.offset, self.state)
+        ratio = None if p.change_ratio is None else _f64(p.change_ratio)
+        return ShardSelection(candidates, p.capacity, self.offset, self.state, ratio)
 
     def pool(self) -> Ranked:
         if self.ranked is None:
@@ -323,6 +337,8 @@ class Resident:
     def nbytes(self) -> int:
         p = self.pages
         arrays = [p.codes, p.capacity, p.rate, p.log_std, p.value, p.cost, p.days_since_visit]
+        if p.change_ratio is not None:
+            arrays.append(p.change_ratio)
         if self.frequency is not None:
             arrays.append(self.frequency)
         if self.state is not None:

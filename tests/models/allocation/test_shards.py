@@ -215,7 +215,11 @@ def candidates_web(
 
 
 def shard_selections(
-    c: Candidates, capacity: np.ndarray, shard_of: np.ndarray, shards: int
+    c: Candidates,
+    capacity: np.ndarray,
+    shard_of: np.ndarray,
+    shards: int,
+    change_ratio: np.ndarray | None = None,
 ) -> list[ShardSelection]:
     out = []
     for k in range(shards):
@@ -231,7 +235,9 @@ def shard_selections(
             c.log_std[m],
             c.days_since_visit[m],
         )
-        out.append(ShardSelection.start(part, capacity[present], int(m[0]) if m.size else 0))
+        ratio = None if change_ratio is None else change_ratio[m]
+        offset = int(m[0]) if m.size else 0
+        out.append(ShardSelection.start(part, capacity[present], offset, ratio))
     return out
 
 
@@ -263,6 +269,35 @@ def test_sharded_selection_is_the_single_process_batch(
     assert single.index.shape[0] > 100
     if budget_share == 0.9:  # the due pages leave budget: the slice ahead is exercised
         assert (single.reason == AHEAD).any()
+
+
+@pytest.mark.parametrize(("seed", "spend_leftover"), [(6, True), (7, False)])
+def test_sharded_selection_with_change_signals_is_the_single_process_batch(
+    seed: int, spend_leftover: bool
+) -> None:
+    """Cheap signals (``change_ratio``) reorder each signalled host's revisits after the
+    takes: shard by shard it must be the same batch as ``select_batch`` with the ratios."""
+    c, capacity, shard_of = candidates_web(30_000, 200, 5, seed)
+    rng = np.random.default_rng(seed)
+    # a third of the hosts signal: most pages unchanged (0.2), some changed (8), the rest 1
+    signalling = rng.random(int(c.hosts.max()) + 1) < 1 / 3
+    ratio = np.where(
+        signalling[c.hosts], rng.choice([0.2, 1.0, 8.0], c.size, p=[0.5, 0.3, 0.2]), 1.0
+    )
+    budget = 0.3 * float(c.cost.sum())
+    slices = Slices(spend_leftover=spend_leftover)
+    single = select_batch(c, budget, capacity, slices=slices, seed=seed, change_ratio=ratio)
+    unsignalled = select_batch(c, budget, capacity, slices=slices, seed=seed)
+    assert not np.array_equal(single.index, unsignalled.index)  # the signals moved pages
+    settings = SelectionSettings(budget, slices, 1.0, seed)
+    parts = shard_selections(c, capacity, shard_of, 5, ratio)
+    sharded = select_sharded(LocalShards(parts, settings), settings)
+    np.testing.assert_array_equal(sharded.index, single.index)
+    np.testing.assert_array_equal(sharded.reason, single.reason)
+    np.testing.assert_array_equal(sharded.score, single.score)
+    np.testing.assert_array_equal(sharded.expected_gain, single.expected_gain)
+    np.testing.assert_array_equal(sharded.expected_change, single.expected_change)
+    np.testing.assert_array_equal(sharded.cost, single.cost)
 
 
 def test_sharded_selection_needs_the_global_random_stream() -> None:

@@ -81,7 +81,14 @@ def pages_table(pages: int, hosts: int, seed: int) -> pd.DataFrame:
 def single_process_plan(shards: ShardSet, settings: PlanSettings) -> tuple[pd.DataFrame, Any]:
     """``models.planning.core``'s allocate-then-select on every shard laid end to end."""
     parts = single_process_inputs(shards, settings)
-    cat = {k: np.concatenate([getattr(p, k) for p in parts]) for k in parts[0].__dict__}
+    cat = {
+        k: np.concatenate([getattr(p, k) for p in parts])
+        for k in parts[0].__dict__
+        if k != "change_ratio"
+    }
+    # a shard whose pages all have ratio 1 keeps none (read_shard): 1 is "no signal"
+    ratios = [np.ones(p.size) if p.change_ratio is None else p.change_ratio for p in parts]
+    change_ratio = np.concatenate(ratios) if ratios else None
     shift = np.cumsum([0] + [p.capacity.shape[0] for p in parts[:-1]])
     hosts = np.concatenate([p.codes + s for p, s in zip(parts, shift, strict=True)])
     days = settings.cycle_days
@@ -111,6 +118,7 @@ def single_process_plan(shards: ShardSet, settings: PlanSettings) -> tuple[pd.Da
         slices=settings.slices,
         cycle_days=days,
         seed=settings.seed,
+        change_ratio=change_ratio,
     )
     frame = pd.DataFrame(
         {
@@ -123,9 +131,20 @@ def single_process_plan(shards: ShardSet, settings: PlanSettings) -> tuple[pd.Da
     return frame, (allocation, hosts, cat["capacity"])
 
 
-def check_sharded_plan(client: Any, tmp_path: Path, pages: int, hosts: int) -> None:
-    """Plan on the workers and in one process; the same batch, the same frequencies."""
+def check_sharded_plan(
+    client: Any, tmp_path: Path, pages: int, hosts: int, *, signals: bool = False
+) -> None:
+    """Plan on the workers and in one process; the same batch, the same frequencies.
+
+    ``signals``: a third of the hosts carry cheap change signals (``change_ratio``), which
+    reorder their revisits after the takes, shard by shard as in one process."""
     frame = pages_table(pages, hosts, seed=3)
+    if signals:
+        rng = np.random.default_rng(9)
+        signalling = rng.random(len(frame)) < 1 / 3
+        frame["change_ratio"] = np.where(
+            signalling, rng.choice([0.2, 8.0], len(frame), p=[0.6, 0.4]), 1.0
+        )
     source = tmp_path / "pages.parquet"
     frame.to_parquet(source, index=False)
     shards = write_shards(source, tmp_path / "shards", 5)
@@ -156,6 +175,12 @@ def check_sharded_plan(client: Any, tmp_path: Path, pages: int, hosts: int) -> N
 
 def test_sharded_plan_on_dask_equals_the_single_process_plan(client: Any, tmp_path: Path) -> None:
     check_sharded_plan(client, tmp_path, 4_000, 80)
+
+
+def test_sharded_plan_with_change_signals_equals_the_single_process_plan(
+    client: Any, tmp_path: Path
+) -> None:
+    check_sharded_plan(client, tmp_path, 4_000, 80, signals=True)
 
 
 @pytest.mark.scale
