@@ -220,6 +220,9 @@ def test_secrets_are_refused_as_flow_parameters():
 #: (operators, schema column names and types), never data.
 REVIEWED_SQL_INTERPOLATIONS = {
     ("tasks/store/catalog.py", "relation"),  # NULL::<type> AS <schema column> for missing columns
+    # the callers' column lists and SQL defaults (write_shards, write_stats_shards) and the
+    # shard count, an int: HOST_SHARD's hash(host) % K
+    ("tasks/cycle/sharded_planning.py", "partition_by_host"),
 }
 _SQL_METHODS = {"sql", "execute", "query", "filter", "project", "aggregate", "order"}
 
