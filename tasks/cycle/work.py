@@ -39,7 +39,6 @@ milliseconds measured here), while one fetch batch fetches its hosts concurrentl
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -47,7 +46,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,6 +73,7 @@ from tasks.fetch.batch_slots import ActiveBatches, process_batches
 from tasks.fetch.engine import EngineState, FetchRequest, fetch_batch
 from tasks.fetch.metrics import BatchMetrics
 from tasks.fetch.rows import AttemptCost, CostHook, RecordDigest, RecordHasher
+from tasks.fetch.run_sync import run_coroutine
 from tasks.fetch.settings import FetchSettings
 from tasks.render.rows import render_batch_rows
 from tasks.store.catalog import CatalogStore
@@ -714,32 +714,6 @@ def commit_cycle(
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from synchronous code, even under a running loop.
-
-    Prefect may call a sync task body in a thread that already runs an event loop; then
-    the coroutine gets a fresh loop in a helper thread instead of ``asyncio.run`` failing.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(coro)
-        except BaseException as exc:
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="cycle-fetch")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
 
 
 def _utc_now() -> datetime:

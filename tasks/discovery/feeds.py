@@ -17,7 +17,6 @@ before each cycle whose plan uses it, like the sitemaps (``tasks.discovery.signa
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from tasks.discovery.lastmod_trust import (
 )
 from tasks.fetch.engine import FetchRequest, fetch_batch
 from tasks.fetch.rows import record_hash
+from tasks.fetch.run_sync import run_coroutine
 from tasks.fetch.settings import FetchSettings
 from tasks.store.durable import durable_write_parquet
 
@@ -163,4 +163,4 @@ async def read_feeds(
 
 
 def read_feeds_sync(root: str | Path, now: datetime, **kwargs: object) -> FeedReading:
-    return asyncio.run(read_feeds(root, now, **kwargs))  # type: ignore[arg-type]
+    return run_coroutine(read_feeds(root, now, **kwargs))  # type: ignore[arg-type]

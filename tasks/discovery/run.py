@@ -63,6 +63,7 @@ from tasks.discovery.sitemaps import (
     origin_of,
 )
 from tasks.fetch.robots import RobotsRules
+from tasks.fetch.run_sync import run_coroutine
 from tasks.store.catalog import CatalogStore
 from tasks.store.durable import durable_write_bytes
 from tasks.store.history import HistoryStore, connect
@@ -175,7 +176,7 @@ async def discover(
 
 def discover_sync(root: str | Path, **kwargs: object) -> DiscoveryReport:
     """``discover`` for synchronous callers (the CLI)."""
-    return asyncio.run(discover(root, **kwargs))  # type: ignore[arg-type]
+    return run_coroutine(discover(root, **kwargs))  # type: ignore[arg-type]
 
 
 def add_links(

@@ -20,7 +20,6 @@ labels what the planner saw with what the fetches found.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -39,6 +38,7 @@ from tasks.discovery.lastmod_trust import (
 )
 from tasks.discovery.run import DiscoverySettings, discover
 from tasks.discovery.sitemaps import SitemapSettings
+from tasks.fetch.run_sync import run_coroutine
 from tasks.fetch.settings import FetchSettings
 from tasks.store.catalog import CatalogStore
 from tasks.store.durable import durable_write_parquet
@@ -159,7 +159,7 @@ async def refresh_signals(
 
 
 def refresh_signals_sync(root: str | Path, now: datetime, **kwargs: object) -> SignalRefresh:
-    return asyncio.run(refresh_signals(root, now, **kwargs))  # type: ignore[arg-type]
+    return run_coroutine(refresh_signals(root, now, **kwargs))  # type: ignore[arg-type]
 
 
 def _catalog_origins(root: str | Path) -> dict[str, str]:

@@ -28,6 +28,7 @@ from models.outcomes import WITH_BODY, sql_list
 from tasks.fetch.engine import FetchRequest, fetch_batch
 from tasks.fetch.render import BrowserPool, RenderSettings, browser_executable
 from tasks.fetch.rows import record_hash
+from tasks.fetch.run_sync import run_coroutine
 from tasks.fetch.settings import FetchSettings
 from tasks.store.catalog import CatalogStore
 from tasks.store.durable import durable_write_text
@@ -179,7 +180,7 @@ def probe_due_hosts(
                 sample=sample,
             )
 
-    updated = known.merged(asyncio.run(probe()), now)
+    updated = known.merged(run_coroutine(probe()), now)
     updated.write(root)
     return updated
 

@@ -15,14 +15,12 @@ plain hosts are never rendered.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import logging
-from collections.abc import Collection, Coroutine, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +37,7 @@ from tasks.fetch.render import (
     Rendered,
     RenderSettings,
 )
+from tasks.fetch.run_sync import run_coroutine
 from tasks.fetch.settings import FetchSettings
 from tasks.render.hosts import RenderHosts
 
@@ -105,7 +104,7 @@ def render_rows_sync(
     rows: pa.Table, urls: Sequence[str], hosts: Collection[str], **kwargs: object
 ) -> RenderedRows:
     """``render_rows`` from synchronous code (its own event loop)."""
-    return asyncio.run(render_rows(rows, urls, hosts, **kwargs))  # type: ignore[arg-type]
+    return run_coroutine(render_rows(rows, urls, hosts, **kwargs))  # type: ignore[arg-type]
 
 
 def _apply(
@@ -177,7 +176,7 @@ def render_batch_rows(
             user_agent=fetch_settings.user_agent,
         )
     try:
-        return _run(
+        return run_coroutine(
             render_rows(rows, urls, hosts, settings=settings, rules=rules, cost_model=cost_model)
         ).rows
     except BrowserUnavailableError as exc:
@@ -185,13 +184,3 @@ def render_batch_rows(
         model = COST_MODELS[cost_model] if isinstance(cost_model, str) else cost_model
         failed = [Rendered("", "error", reason=f"unavailable: {exc}") for _ in todo]
         return _apply(rows, todo, [""] * len(todo), failed, rules, model, PoolStats()).rows
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion from sync code, in a thread when a loop is running here."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()

@@ -3,7 +3,6 @@ after the fetches, and the plan that follows reordering only the honest host's r
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import pandas as pd
@@ -21,6 +20,7 @@ from tasks.discovery.lastmod_trust import (
 from tasks.discovery.run import discover_sync
 from tasks.discovery.signals import SignalSchedule, due_hosts, refresh_signals_sync
 from tasks.fetch.engine import FetchRequest, fetch_batch
+from tasks.fetch.run_sync import run_coroutine
 from tasks.store.history import HistoryStore
 from tests.tasks.discovery.conftest import FAST, START
 from tests.tasks.fetch.conftest import quick_settings
@@ -29,7 +29,7 @@ KINDS = ("honest", "now", "stale")
 
 
 def _fetch(urls, at, cycle_id):
-    result = asyncio.run(
+    result = run_coroutine(  # a Playwright test before this one leaves a loop running
         fetch_batch(
             [FetchRequest(u) for u in urls],
             cycle_id=cycle_id,
