@@ -10,7 +10,6 @@ import pandas as pd
 from models.discovery.urls import normalize, url_id
 from sandbox import HostBehaviour, SandboxWeb, SimClock, serve_sandbox
 from tasks.cycle.planning import plan_cycle
-from tasks.cycle.work import default_record_hasher
 from tasks.discovery.feeds import known_feeds
 from tasks.discovery.lastmod_trust import (
     read_feed_entries,
@@ -19,26 +18,9 @@ from tasks.discovery.lastmod_trust import (
 )
 from tasks.discovery.run import discover_sync
 from tasks.discovery.signals import SignalSchedule, due_hosts, refresh_signals_sync
-from tasks.fetch.engine import FetchRequest, fetch_batch
-from tasks.fetch.run_sync import run_coroutine
 from tasks.store.history import HistoryStore
-from tests.tasks.discovery.conftest import FAST, START
+from tests.tasks.discovery.conftest import FAST, KINDS, START, fetch_rows
 from tests.tasks.fetch.conftest import quick_settings
-
-KINDS = ("honest", "now", "stale")
-
-
-def _fetch(urls, at, cycle_id):
-    result = run_coroutine(  # a Playwright test before this one leaves a loop running
-        fetch_batch(
-            [FetchRequest(u) for u in urls],
-            cycle_id=cycle_id,
-            settings=quick_settings(),
-            clock=lambda: at,
-            record_hasher=default_record_hasher(),
-        )
-    )
-    return result.rows
 
 
 def test_the_cycle_reads_signals_learns_trust_and_reorders_the_honest_host(tmp_path):
@@ -63,11 +45,11 @@ def test_the_cycle_reads_signals_learns_trust_and_reorders_the_honest_host(tmp_p
         hosts = [running.base_url(i)[7:] for i in range(3)]
         discover_sync(tmp_path, seeds=seeds, settings=FAST, now=START)
         store = HistoryStore(tmp_path)
-        store.write_cycle(0, _fetch(urls, days[0], 0))
+        store.write_cycle(0, fetch_rows(urls, days[0], 0))
         for cycle in (1, 2):  # signals read, every page fetched, evidence recorded
             web.clock.set(days[cycle])
             refreshed = refresh_signals_sync(tmp_path, days[cycle], fetch=fetch)
-            store.write_cycle(cycle, _fetch(urls, days[cycle], cycle))
+            store.write_cycle(cycle, fetch_rows(urls, days[cycle], cycle))
             counts = record_signal_evidence(tmp_path, cycle)
             assert counts["feed"] == 0  # no feeds here
             if cycle == 1:

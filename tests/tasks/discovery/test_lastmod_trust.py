@@ -3,7 +3,6 @@ ground truth of which pages changed (``tasks.discovery.lastmod_trust``)."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import numpy as np
@@ -11,32 +10,14 @@ import pytest
 
 from models.discovery.urls import normalize, url_id
 from sandbox import HostBehaviour, SandboxWeb, SimClock, serve_sandbox
-from tasks.cycle.work import default_record_hasher
 from tasks.discovery.lastmod_trust import (
     lastmod_likelihood_ratios,
     read_lastmod_evidence,
     record_lastmod_evidence,
 )
 from tasks.discovery.run import discover_sync
-from tasks.fetch.engine import FetchRequest, fetch_batch
 from tasks.store.history import HistoryStore
-from tests.tasks.discovery.conftest import FAST, START
-from tests.tasks.fetch.conftest import quick_settings
-
-KINDS = ("honest", "now", "stale")
-
-
-def _fetch(urls, at, cycle_id):
-    result = asyncio.run(
-        fetch_batch(
-            [FetchRequest(u) for u in urls],
-            cycle_id=cycle_id,
-            settings=quick_settings(),
-            clock=lambda: at,
-            record_hasher=default_record_hasher(),
-        )
-    )
-    return result.rows
+from tests.tasks.discovery.conftest import FAST, KINDS, START, fetch_rows
 
 
 def test_lastmod_trust_follows_what_the_fetches_found(tmp_path):
@@ -57,10 +38,10 @@ def test_lastmod_trust_follows_what_the_fetches_found(tmp_path):
         urls = [u for i in range(3) for u in running.page_urls(i)]
         discover_sync(tmp_path, seeds=seeds, settings=FAST)
         store = HistoryStore(tmp_path)
-        store.write_cycle(0, _fetch(urls, START, 0))
+        store.write_cycle(0, fetch_rows(urls, START, 0))
         web.clock.set(later)
         discover_sync(tmp_path, seeds=seeds, settings=FAST)  # the sitemaps read again
-        store.write_cycle(1, _fetch(urls, later, 1))
+        store.write_cycle(1, fetch_rows(urls, later, 1))
     counts = record_lastmod_evidence(tmp_path, 1).to_pylist()
     assert [c["host"] for c in counts] == [running.base_url(i)[7:] for i in range(3)]
     truth = [
