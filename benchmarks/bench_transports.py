@@ -268,7 +268,9 @@ def process_cpu(pid: int) -> float:
 # ---------------------------------------------------------------------- driver
 
 
-def run_client(name: str, urls_file: Path, concurrency: int, cpu: int | None) -> dict[str, object]:
+def run_client(
+    name: str, urls_file: Path, concurrency: int, cpu: int | None, profile: Path | None = None
+) -> dict[str, object]:
     cmd = [
         sys.executable,
         __file__,
@@ -281,6 +283,8 @@ def run_client(name: str, urls_file: Path, concurrency: int, cpu: int | None) ->
     ]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
+    if profile is not None:
+        cmd += ["--profile", str(profile)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -316,12 +320,24 @@ def main() -> int:
     parser.add_argument("--client", choices=CLIENTS, help=argparse.SUPPRESS)
     parser.add_argument("--urls-file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="write a cProfile of each client run to DIR/<client>-<run>.prof (slows it)",
+    )
     args = parser.parse_args()
 
     if args.client:  # inside a client process
         _pin(args.cpu)
         urls = args.urls_file.read_text().split()
-        result = RUNNERS[args.client](urls, args.concurrency)
+        if args.profile:
+            import cProfile
+
+            with cProfile.Profile() as profile:
+                result = RUNNERS[args.client](urls, args.concurrency)
+            profile.dump_stats(str(args.profile))
+        else:
+            result = RUNNERS[args.client](urls, args.concurrency)
         result["pages"] = len(urls)
         print(json.dumps(result))
         return 0
@@ -367,7 +383,11 @@ def main() -> int:
             for run in range(args.repeat):
                 for name in clients:
                     before = process_cpu(server.pid)
-                    result = run_client(name, urls_file, args.concurrency, client_cpu)
+                    profile = None
+                    if args.profile:
+                        args.profile.mkdir(parents=True, exist_ok=True)
+                        profile = args.profile / f"{name}-{run + 1}.prof"
+                    result = run_client(name, urls_file, args.concurrency, client_cpu, profile)
                     result["server_cpu_s"] = process_cpu(server.pid) - before
                     results[name].append(result)
                     seconds, cpu_s = float(result["seconds"]), float(result["cpu_s"])
