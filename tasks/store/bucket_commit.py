@@ -143,15 +143,19 @@ class StagedRows:
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """The staged parts in staging order (each in page-hash order, without the hash),
-        a part at a time (read, not mapped: memory stays one part)."""
+        a part at a time (``_staged_batches``)."""
         for batch in self._staged_batches():
             yield batch.drop_columns([_HASH])
 
     def _staged_batches(self) -> Iterator[pa.RecordBatch]:
+        """The staged parts, memory-mapped: a batch is the file's pages, not a copy, so
+        taking a bucket's slice of every part copies only that slice (Arrow allocates one
+        bucket, not a part more; reading each part and copying its slice cost twice the
+        CPU at a million rows)."""
         self.close()
         if not self.path.exists():
             return
-        with pa.OSFile(str(self.path), "rb") as source:
+        with pa.memory_map(str(self.path), "r") as source:
             reader = pa.ipc.open_file(source)
             for index in range(reader.num_record_batches):
                 yield reader.get_batch(index)
@@ -188,7 +192,7 @@ class StagedRows:
             if buckets > 1:
                 which = bucket_of(batch.column(_HASH).to_numpy(), buckets)
                 low, high = np.searchsorted(which, [bucket, bucket + 1])
-                batch = batch.take(pa.array(np.arange(low, high)))  # a copy: the part goes
+                batch = batch.slice(low, high - low)  # of the mapped file: copied below
             pieces.append(batch)
         if not pieces:
             return HISTORY_SCHEMA.empty_table(), np.zeros(0, dtype=np.uint64)
@@ -204,7 +208,8 @@ PARTITION_ABOVE = 4
 
 
 def _read_ipc(path: Path) -> pa.Table:
-    with pa.OSFile(str(path), "rb") as source:
+    """An IPC file's batches, memory-mapped (the caller's ``combine_chunks`` is the copy)."""
+    with pa.memory_map(str(path), "r") as source:
         reader = pa.ipc.open_file(source)
         return pa.Table.from_batches(
             [reader.get_batch(i) for i in range(reader.num_record_batches)],
@@ -326,10 +331,19 @@ def _contains(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 def _union(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ascending union of two ascending arrays of distinct values, and where each
-    value of ``a`` and of ``b`` is in it."""
-    new = ~_contains(a, b)
-    every = np.insert(a, np.searchsorted(a, b[new]), b[new])
-    return every, np.searchsorted(every, a), np.searchsorted(every, b)
+    value of ``a`` and of ``b`` is in it (one search of ``b`` in ``a``; the positions are
+    counted from it, not searched for in the union: two fewer searches of a million)."""
+    at = np.searchsorted(a, b)
+    found = at < len(a)
+    found[found] = a[at[found]] == b[found]
+    new = ~found
+    inserted = at[new]  # each new value goes before a[inserted]
+    # a[i] moves up by the new values inserted before it, at or below i
+    into_a = np.arange(len(a)) + np.cumsum(np.bincount(inserted, minlength=len(a) + 1))[: len(a)]
+    into_b = np.empty(len(b), dtype=np.int64)
+    into_b[new] = inserted + np.arange(len(inserted))  # the k-th new one: k new ones before
+    into_b[found] = into_a[at[found]]
+    return np.insert(a, inserted, b[new]), into_a, into_b
 
 
 def commit_bucket(
@@ -498,11 +512,10 @@ def add_stats(base: pa.Table, added: pa.Table) -> pa.Table:
         if field.name in ("url_id", "host"):
             continue
         kind = np.int64 if field.name in _INTS else np.float64
-        a = np.zeros(pages, dtype=kind)
-        b = np.zeros(pages, dtype=kind)
-        a[into_base] = base[field.name].to_numpy()
-        b[into_added] = added[field.name].to_numpy()
-        columns[field.name] = a + b
+        total = np.zeros(pages, dtype=kind)
+        total[into_base] = base[field.name].to_numpy()
+        total[into_added] += added[field.name].to_numpy()  # distinct pages: no lost adds
+        columns[field.name] = total
     evidence = sum(np.asarray(columns[name]) for name in PAGE_STATS_FILE_SCHEMA.names[-6:])
     keep = (np.asarray(columns["n_intervals"]) > 0) | (np.asarray(evidence) > 0)
     table = pa.table(columns, schema=PAGE_STATS_FILE_SCHEMA)

@@ -13,7 +13,10 @@ import pytest
 
 import tasks.store.bucket_commit as bucket_commit
 import tasks.store.history as history
-from tasks.store.bucket_commit import PAGE_HASH_ORDER, bucket_of, page_hash
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tasks.store.bucket_commit import PAGE_HASH_ORDER, _union, bucket_of, page_hash
 from tasks.store.history import HistoryStore
 from tests.tasks.store.test_history_commit import (
     _commit,
@@ -37,6 +40,20 @@ def test_page_hash_is_a_bijection_and_buckets_are_ranges_of_it():
         assert (np.diff(which.astype(np.int64)) >= 0).all()  # a file in hash order: in buckets
     sequential = bucket_of(page_hash(np.arange(10_000, dtype=np.int64)), 4)
     assert np.bincount(sequential.astype(np.int64)).min() > 2_200  # small ids spread too
+
+
+_VALUES = st.sets(st.integers(0, 60), max_size=40).map(lambda v: np.array(sorted(v), np.uint64))
+
+
+@given(_VALUES, _VALUES)
+def test_the_union_of_two_sorted_arrays_places_each_value(a, b):
+    """``_union`` counts where each value goes instead of searching the union: the result
+    must be the searched one (small values, so that the sets overlap often)."""
+    every, into_a, into_b = _union(a, b)
+    expected = np.union1d(a, b)
+    np.testing.assert_array_equal(every, expected)
+    np.testing.assert_array_equal(into_a, np.searchsorted(expected, a))
+    np.testing.assert_array_equal(into_b, np.searchsorted(expected, b))
 
 
 @pytest.fixture
