@@ -47,6 +47,7 @@ from models.planning.select import (
     CyclePlan,
     Slices,
     apply_change_signals,
+    reestimation_rule,
 )
 
 FloatArray = NDArray[np.float64]
@@ -415,8 +416,7 @@ def _slice_rule(
     if code == DISCOVERY:
         return ~known, c.value / c.cost
     if code == REESTIMATION:
-        unsure = (c.frequency <= 0) | (c.log_std >= s.uncertain_log_std)
-        return known & unsure & (since >= s.reestimate_after_days), c.value * since / c.cost
+        return reestimation_rule(c, since, s, shard.host_capacity.shape[0])
     priority = c.value * gain / c.cost
     if code == DUE:
         due = known & (c.frequency > 0) & (since >= interval - 0.5 * settings.cycle_days)

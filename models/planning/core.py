@@ -155,6 +155,7 @@ def plan_from_moments(
         frequency=allocation.frequencies,
         log_std=estimates.log_std[planned],
         days_since_visit=pages.days_since_visit,
+        intervals=(moments.n_intervals + moments.ages()[0])[planned].astype(np.float64),
     )
     plan = select_batch(
         candidates,

@@ -8,7 +8,9 @@ would never choose (the cost-aware scheduling article):
   model's assumptions;
 * discovery: pages never fetched, by value per cost, whatever their (prior) rate says;
 * re-estimation: pages the model has given up on (f = 0) or is unsure of, not visited for
-  a while, so a wrong estimate gets corrected.
+  a while, so a wrong estimate gets corrected; and, from a cold start, an early second
+  visit to pages with no interval yet on hosts that have few, so each host's rate is
+  learned in days rather than a month (:func:`reestimation_rule`).
 
 Then the rest of the budget goes, by priority (value x fresh days a visit buys / cost),
 to two kinds of page ranked together:
@@ -67,6 +69,12 @@ class Slices:
     uncertain_log_std: float = 1.5
     #: re-estimation revisits a page at most this often, in days
     reestimate_after_days: float = 30.0
+    #: cold start: a page with ``n`` observed intervals (``n < cold_page_intervals``) on a
+    #: host with fewer than ``cold_host_intervals`` is eligible for re-estimation once
+    #: ``cold_reestimate_days * 2**n`` days have passed since its last visit (0 disables)
+    cold_reestimate_days: float = 3.0
+    cold_page_intervals: int = 1
+    cold_host_intervals: int = 5
     #: spend what the due pages leave on pages ahead of their interval, by priority
     spend_leftover: bool = True
 
@@ -93,6 +101,8 @@ class Candidates:
     frequency: FloatArray
     log_std: FloatArray
     days_since_visit: FloatArray
+    #: intervals observed per page (None: not known, so no cold-start re-estimation)
+    intervals: FloatArray | None = None
 
     @property
     def size(self) -> int:
@@ -185,9 +195,8 @@ def select_batch(
     verify_scores = rng.random(c.size)
     take(VERIFICATION, known, verify_scores, slices.verification * budget)
     take(DISCOVERY, ~known, c.value / c.cost, slices.discovery * budget)
-    unsure = (c.frequency <= 0) | (c.log_std >= slices.uncertain_log_std)
-    stale = known & unsure & (since >= slices.reestimate_after_days)
-    take(REESTIMATION, stale, c.value * since / c.cost, slices.reestimation * budget)
+    stale, stale_scores = reestimation_rule(c, since, slices, host_capacity.shape[0])
+    take(REESTIMATION, stale, stale_scores, slices.reestimation * budget)
     # due: the interval has passed, within half a cycle (visits happen at any time of day)
     due = known & (c.frequency > 0) & (since >= interval - 0.5 * cycle_days)
     priority = c.value * gain / c.cost
@@ -221,6 +230,36 @@ def select_batch(
         cost=c.cost[index],
         budget=float(budget),
     )
+
+
+def reestimation_rule(
+    c: Candidates, since: FloatArray, slices: Slices, n_hosts: int
+) -> tuple[NDArray[np.bool_], FloatArray]:
+    """The re-estimation slice's eligible pages and their scores (one home: the sharded
+    selection calls it per shard, every page of a host being in one shard).
+
+    Pages the model has given up on or is unsure of, not visited for
+    ``reestimate_after_days``, by value x days since the visit / cost; and (cold start,
+    when ``c.intervals`` is known) pages with fewer than ``cold_page_intervals`` intervals
+    on hosts with fewer than ``cold_host_intervals``, once ``cold_reestimate_days * 2**n``
+    days have passed, with the same score divided by one plus the host's intervals, so
+    the revisits spread over the hosts that know least.
+    """
+    known = ~np.isnan(c.days_since_visit)
+    unsure = (c.frequency <= 0) | (c.log_std >= slices.uncertain_log_std)
+    stale = known & unsure & (since >= slices.reestimate_after_days)
+    scores = c.value * since / c.cost
+    if c.intervals is None or slices.cold_reestimate_days <= 0:
+        return stale, scores
+    n = np.asarray(c.intervals, dtype=np.float64)
+    host_n = np.bincount(c.hosts, weights=n, minlength=n_hosts)[c.hosts]
+    cold = (
+        known
+        & (n < slices.cold_page_intervals)
+        & (host_n < slices.cold_host_intervals)
+        & (since >= slices.cold_reestimate_days * np.exp2(n))
+    )
+    return stale | cold, np.where(cold & ~stale, scores / (1.0 + host_n), scores)
 
 
 def apply_change_signals(

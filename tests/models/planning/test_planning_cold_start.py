@@ -1,10 +1,21 @@
 """Pages never fetched: a new catalog gets the whole budget; later ones compete with due pages."""
 
+from dataclasses import fields, replace
+
 import numpy as np
 import pytest
 
 from models.allocation.freshness import fresh_days_after_visit, freshness_gain
-from models.planning.select import AHEAD, DISCOVERY, DUE, Candidates, Slices, select_batch
+from models.allocation.shards import LocalShards, SelectionSettings, ShardSelection, select_sharded
+from models.planning.select import (
+    AHEAD,
+    DISCOVERY,
+    DUE,
+    REESTIMATION,
+    Candidates,
+    Slices,
+    select_batch,
+)
 
 
 def catalog(n=50, *, hosts=1, seed=0, value=None, cost=None, rate=0.2, frequency=0.1):
@@ -115,3 +126,102 @@ def test_first_visits_come_before_pages_ahead_of_their_interval():
     assert (plan.reason == AHEAD).sum() == 20 and not (plan.reason == DUE).any()
     ahead = plan.score[plan.reason == AHEAD].min()
     assert ahead > plan.score[plan.reason == DISCOVERY].max()
+
+
+def once_visited(*, since=4.0, host_intervals=(0, 10)):
+    """Two hosts of 10 pages each, every page visited once ``since`` days ago (no interval
+    yet), none due (interval 100 days) and none unsure; host ``h`` also has 10 older pages
+    that share its ``host_intervals[h]`` observed intervals (visited a day ago)."""
+    hosts = np.r_[np.zeros(10), np.ones(10), np.zeros(10), np.ones(10)].astype(np.int64)
+    older = np.r_[np.full(10, host_intervals[0] / 10), np.full(10, host_intervals[1] / 10)]
+    return Candidates(
+        page_ids=np.arange(40, dtype=np.int64),
+        hosts=hosts,
+        value=np.ones(40),
+        cost=np.ones(40),
+        rate=np.full(40, 0.2),
+        frequency=np.full(40, 0.01),
+        log_std=np.full(40, 0.5),
+        days_since_visit=np.r_[np.full(20, since), np.ones(20)],
+        intervals=np.r_[np.zeros(20), older],
+    )
+
+
+ONLY_REESTIMATION = Slices(0.0, 1.0, 0.0, spend_leftover=False)
+
+
+def test_a_cold_host_gets_an_early_second_visit():
+    """From a cold start a page seen once, on a host that has observed few intervals, is
+    revisited after ``cold_reestimate_days`` (not the 30 days of ``reestimate_after_days``),
+    so the host's rate is learned early; a host with enough intervals waits."""
+    plan = select_batch(once_visited(), 5.0, np.array([100.0, 100.0]), slices=ONLY_REESTIMATION)
+    assert plan.index.shape[0] == 5 and (plan.reason == REESTIMATION).all()
+    assert set(plan.index.tolist()) <= set(range(10))  # host 0's once-visited pages only
+    # the same pages with history (no intervals known: the 30-day rule alone) wait
+    history = replace(once_visited(), intervals=None)
+    assert (
+        select_batch(history, 5.0, np.array([100.0, 100.0]), slices=ONLY_REESTIMATION).index.size
+        == 0
+    )
+    # too early, or a second interval already seen on a warm host: nothing
+    early = once_visited(since=ONLY_REESTIMATION.cold_reestimate_days - 1)
+    assert (
+        select_batch(early, 5.0, np.array([100.0, 100.0]), slices=ONLY_REESTIMATION).index.size == 0
+    )
+    warm = once_visited(host_intervals=(10, 10))
+    assert (
+        select_batch(warm, 5.0, np.array([100.0, 100.0]), slices=ONLY_REESTIMATION).index.size == 0
+    )
+
+
+def test_cold_revisits_spread_over_the_hosts_that_know_least():
+    # host 0 has no interval, host 1 three (still cold): host 0's pages rank first
+    c = once_visited(host_intervals=(0, 3))
+    plan = select_batch(c, 12.0, np.array([100.0, 100.0]), slices=ONLY_REESTIMATION)
+    assert plan.index.shape[0] == 12
+    assert set(plan.index[:10].tolist()) == set(range(10))
+    assert (c.hosts[plan.index[10:]] == 1).all()
+
+
+def test_sharded_selection_keeps_the_cold_start_rule():
+    """``models.allocation.shards`` ranks re-estimation per shard with the same rule: hosts
+    split over shards (every page of a host in one), the same batch as ``select_batch``."""
+    rng = np.random.default_rng(3)
+    n, n_hosts = 3000, 60
+    hosts = np.sort(rng.integers(0, n_hosts, n))
+    known = rng.random(n) < 0.7
+    c = Candidates(
+        page_ids=np.arange(n, dtype=np.int64),
+        hosts=hosts,
+        value=rng.choice([1.0, 2.0, 5.0], n),
+        cost=np.round(rng.lognormal(0.0, 0.4, n), 2),
+        rate=rng.lognormal(-2.0, 1.5, n),
+        frequency=rng.uniform(0.001, 0.02, n),
+        log_std=rng.uniform(0.0, 1.4, n),  # none unsure: only the cold rule re-estimates
+        days_since_visit=np.where(known, rng.uniform(0.0, 20.0, n), np.nan),
+        intervals=np.where(rng.random(n) < 0.9, 0.0, 1.0),
+    )
+    capacity = rng.integers(5, 40, n_hosts).astype(np.float64)
+    budget = 0.05 * float(c.cost.sum())
+    slices = Slices(reestimation=0.3)
+    settings = SelectionSettings(budget, slices, 1.0, 1)
+    parts = []
+    for k in range(4):
+        m = np.flatnonzero(hosts % 4 == k)
+        present, local = np.unique(hosts[m], return_inverse=True)
+        columns = {f.name: getattr(c, f.name)[m] for f in fields(c) if f.name != "hosts"}
+        parts.append((m, Candidates(**columns, hosts=local.astype(np.int64)), present))
+    # shards are laid end to end in the global order: renumber the pages shard by shard
+    perm = np.concatenate([m for m, *_ in parts])
+    laid = replace(c, **{f.name: getattr(c, f.name)[perm] for f in fields(c)})
+    single = select_batch(laid, budget, capacity, slices=slices, seed=1)
+    assert (single.reason == REESTIMATION).sum() > 20  # the cold rule took pages
+    offsets = np.cumsum([0] + [m.size for m, *_ in parts])[:-1]
+    shards = [
+        ShardSelection.start(part, capacity[present], int(off))
+        for (_, part, present), off in zip(parts, offsets, strict=True)
+    ]
+    sharded = select_sharded(LocalShards(shards, settings), settings)
+    np.testing.assert_array_equal(sharded.index, single.index)
+    np.testing.assert_array_equal(sharded.reason, single.reason)
+    np.testing.assert_array_equal(sharded.score, single.score)
