@@ -10,12 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
-import tasks.store.bucket_commit as bucket_commit
-import tasks.store.history as history
 from hypothesis import given
 from hypothesis import strategies as st
 
+import tasks.store.bucket_commit as bucket_commit
+import tasks.store.history as history
 from tasks.store.bucket_commit import PAGE_HASH_ORDER, _union, bucket_of, page_hash
 from tasks.store.history import HistoryStore
 from tests.tasks.store.test_history_commit import (
