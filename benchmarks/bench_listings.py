@@ -20,8 +20,11 @@ detected at the same freshness, against the planner without them.
    its listing costs nothing); changes detected are item fetches that found a change. With
    endpoints declared the items are fetched as JSON: bytes per change are printed too.
 
+3. ``--curve``: the same-freshness ratio as a curve over budgets (see ``curve``).
+
 Reproduce:  .venv/bin/python benchmarks/bench_listings.py [--seeds 3 --pages 10000 --days 30]
             [--hosts 4 --items 200 --cycles 12 --skip-sandbox --skip-backtest]
+            .venv/bin/python benchmarks/bench_listings.py --curve --seeds 3 --pages 8000 --days 30
 """
 
 from __future__ import annotations
@@ -41,7 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 import pandas as pd
 
-from models.backtest.listings import ShopRun, ShopSignals, run_shop, same_freshness
+from models.backtest.listings import (
+    ShopRun,
+    ShopSignals,
+    credits_at_freshness,
+    run_shop,
+    same_freshness,
+)
 from models.discovery.urls import normalize, url_id
 from models.planning.select import Slices
 from sandbox import SANDBOX_NETWORKS, HostBehaviour, SandboxWeb, SimClock, serve_sandbox
@@ -302,6 +311,39 @@ def sandbox(args: argparse.Namespace) -> None:
     )
 
 
+def curve(args: argparse.Namespace) -> None:
+    """Credits per change at the same freshness, as a curve over budgets.
+
+    The planner without signals over ``--planner-budgets``; each signal over
+    ``--curve-budgets``; for every signal run, the planner's credits per change at that
+    run's freshness (linear between the two planner runs that bracket it) over the
+    signal's own: the ratio at the same freshness, read by raising the planner's budget
+    until it is as fresh (its credits per change rise steeply with freshness).
+    """
+    variants = {
+        "listings": ShopSignals(listings=True),
+        "listings+json": ShopSignals(listings=True, json_endpoints=True),
+    }
+    print(f"curve: {args.pages:,} pages, {args.days} days, seeds 0-{args.seeds - 1}, {load()}")
+    print("seed  signal          budget  freshness  credits/change  planner at same F  ratio")
+    for seed in range(args.seeds):
+        options = {"pages": args.pages, "days": args.days, "seed": seed}
+        base = [
+            run_shop(ShopSignals(), budget_share=b, **options)  # type: ignore[arg-type]
+            for b in args.planner_budgets
+        ]
+        for name, signals in variants.items():
+            for b in args.curve_budgets:
+                run = run_shop(signals, budget_share=b, **options)  # type: ignore[arg-type]
+                at = credits_at_freshness(base, run.freshness)
+                same = "outside the planner's curve" if at is None else f"{at:.3f}"
+                ratio = "" if at is None else f"x{at / run.credits_per_change:.2f}"
+                print(
+                    f"{seed:>4}  {name:<14} {b:>6.2f}N  {run.freshness:>9.4f}  "
+                    f"{run.credits_per_change:>14.3f}  {same:>17}  {ratio}"
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
@@ -317,8 +359,19 @@ def main() -> None:
     parser.add_argument("--scales", type=float, nargs="*", default=[0.7, 0.5, 0.35])
     parser.add_argument("--skip-backtest", action="store_true")
     parser.add_argument("--skip-sandbox", action="store_true")
+    parser.add_argument("--curve", action="store_true", help="only the same-freshness curve")
+    parser.add_argument(
+        "--planner-budgets", type=float, nargs="*", default=[0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0]
+    )
+    parser.add_argument(
+        "--curve-budgets", type=float, nargs="*", default=[0.05, 0.1, 0.2, 0.3, 0.5]
+    )
     args = parser.parse_args()
     started = time.perf_counter()
+    if args.curve:
+        curve(args)
+        print(f"({time.perf_counter() - started:.0f} s wall, {load()})")
+        return
     if not args.skip_backtest:
         backtest(args)
     if not args.skip_sandbox:

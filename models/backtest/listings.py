@@ -378,3 +378,18 @@ def same_freshness(
             break
         best = run
     return best
+
+
+def credits_at_freshness(curve: Sequence[ShopRun], freshness: float) -> float | None:
+    """The credits per change a policy's budget curve spends at ``freshness``.
+
+    ``curve``: one policy's runs at rising budgets (freshness rises with the budget).
+    Linear in freshness between the two runs that bracket it; None outside the curve (no
+    run as fresh, or every run fresher: there is nothing to compare with).
+    """
+    runs = sorted(curve, key=lambda r: r.freshness)
+    fresh = np.array([r.freshness for r in runs])
+    if fresh.size == 0 or not fresh[0] <= freshness <= fresh[-1]:
+        return None
+    cost = np.array([r.credits_per_change for r in runs])
+    return float(np.interp(freshness, fresh, cost))

@@ -8,8 +8,10 @@ import pytest
 from models.backtest.listings import (
     ListingPlannerPolicy,
     ShopListings,
+    ShopRun,
     ShopSignals,
     SummaryTruth,
+    credits_at_freshness,
     listings_of,
     run_shop,
     shop_signal_web,
@@ -119,3 +121,18 @@ def test_bad_options_are_refused():
         ShopSignals(summary_recall=0.0)
     with pytest.raises(BacktestInputError, match="listing_size"):
         ShopSignals(listing_size=0)
+
+
+def test_credits_at_freshness_reads_the_curve_between_its_runs() -> None:
+    def run(freshness: float, credits: float) -> ShopRun:
+        return ShopRun("planner", 1.0, freshness, credits, 0.0, 1.0, credits)
+
+    # out of order on purpose: the curve is read in freshness order
+    curve = [run(0.8, 4.0), run(0.5, 1.0), run(0.6, 2.0)]
+    # exact at a run, linear between two (|error| bound: float64 rounding, ~1e-15)
+    assert credits_at_freshness(curve, 0.6) == pytest.approx(2.0, abs=1e-12)
+    assert credits_at_freshness(curve, 0.7) == pytest.approx(3.0, abs=1e-12)
+    # outside the curve there is nothing to compare with
+    assert credits_at_freshness(curve, 0.45) is None
+    assert credits_at_freshness(curve, 0.9) is None
+    assert credits_at_freshness([], 0.5) is None
