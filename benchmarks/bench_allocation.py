@@ -19,6 +19,8 @@ import argparse
 import os
 import resource
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +34,11 @@ def main() -> None:
         type=float,
         default=0.2,
         help="daily budget as a share of visiting every page daily",
+    )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="also report the solve's CPU by phase, in passes (exclusive of nested phases)",
     )
     args = parser.parse_args()
 
@@ -47,6 +54,9 @@ def main() -> None:
     from tasks.cycle.memory import keep_freed_memory
 
     keep_freed_memory()
+    phases = _PhaseClock() if args.phases else None
+    if phases is not None:
+        phases.install()
     n = args.pages
     web = allocation_web(n, args.hosts, seed=7)
     rates, weights, costs, hosts = web.rates, web.weights, web.costs, web.hosts
@@ -79,6 +89,9 @@ def main() -> None:
         one_pass(problem, result.multiplier)
         pass_wall = min(pass_wall, time.perf_counter() - t3)
         pass_cpu = min(pass_cpu, time.process_time() - c3)
+
+    if phases is not None:
+        phases.report(pass_cpu, c2 - c1)
 
     load = np.bincount(problem.hosts, result.frequencies, minlength=problem.host_capacity.shape[0])
     binding = int(np.sum(load >= problem.host_capacity * (1 - 1e-9)))
@@ -116,6 +129,75 @@ def main() -> None:
         "reproduce: .venv/bin/python benchmarks/bench_allocation.py "
         f"--pages {n} --hosts {args.hosts}"
     )
+
+
+def _faults() -> int:
+    """Page faults of this process so far (minor: first touches of fresh memory)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+class _PhaseClock:
+    """CPU time (all threads) by phase of the local solver, each phase without the phases
+    it calls (wrapped in this process only: the solver itself knows nothing of it)."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[str, float] = {}
+        self.faults: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self.stack: list[list[float]] = []  # start CPU, nested CPU, start faults, nested
+
+    def install(self) -> None:
+        from models.allocation import local, model
+
+        solver = local._LocalSolver
+        self._wrap(local, "_start", "the sample's start")
+        self._wrap(solver, "_hosts_first", "candidate hosts first (the loop's own work)")
+        self._wrap(solver, "_promote", "promotion (the loop's own work)")
+        self._wrap(solver, "_finish", "final evaluation (the mixing, checks)")
+        self._wrap(model.Model, "solve", "the local model's solves")
+        self._wrap(model.Model, "hosts", "the model's host roots")
+        self._wrap(local, "evaluate", "final evaluation (the pass)")  # imported by name
+        original = solver._refresh
+        clock = self
+
+        def timed_refresh(self_: Any, pages: Any, c: Any, slot: Any = None) -> Any:
+            full = pages.index is None
+            name = "full refresh" if full else "candidate hosts' refresh"
+            name += " (float32)" if self_._single(c) else " (float64)"
+            return clock._timed(name, original, self_, pages, c, slot)
+
+        solver._refresh = timed_refresh  # type: ignore[method-assign,assignment]
+
+    def _wrap(self, owner: object, attribute: str, name: str) -> None:
+        original = getattr(owner, attribute)
+        clock = self
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            return clock._timed(name, original, *args, **kwargs)
+
+        setattr(owner, attribute, timed)
+
+    def _timed(self, name: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.stack.append([time.process_time(), 0.0, float(_faults()), 0.0])
+        try:
+            return function(*args, **kwargs)
+        finally:
+            start, nested, faults_before, nested_faults = self.stack.pop()
+            spent = time.process_time() - start
+            faulted = _faults() - int(faults_before)
+            self.cpu[name] = self.cpu.get(name, 0.0) + spent - nested
+            self.faults[name] = self.faults.get(name, 0) + faulted - int(nested_faults)
+            self.calls[name] = self.calls.get(name, 0) + 1
+            if self.stack:
+                self.stack[-1][1] += spent
+                self.stack[-1][3] += faulted
+
+    def report(self, unit: float, total: float) -> None:
+        print(f"the solve by phase (CPU in passes of {unit:.2f} s; page faults; calls):")
+        for name, cpu in sorted(self.cpu.items(), key=lambda kv: -kv[1]):
+            print(f"  {cpu / unit:5.2f}  {self.faults[name]:9,}  {name} ({self.calls[name]})")
+        rest = total - sum(self.cpu.values())
+        print(f"  {rest / unit:5.2f}  the rest (before the local solver, setup)")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """A refresh: every page's frequency expanded to second order around its slot's centre.
 
 For :mod:`models.allocation.local`. One pass over the pages (in blocks small enough for
-the L2 cache, in threads) reads each page's f, f' and f''/2 at its centre from
-:mod:`models.allocation.table` (in float32 while no box is final), decides whether its
+the L2 cache, in the calling thread: see ``PASS_THREADS``) reads each page's f, f' and
+f''/2 at its centre from :mod:`models.allocation.table` (in float32 while no box is
+final), decides whether its
 expansion can be trusted throughout the box (else it is a *boundary* page, evaluated
 exactly by the model), and sums the trusted ones per slot into the moments
 :class:`models.allocation.model.Model` is made of. :func:`evaluate` is the last pass: the
@@ -38,6 +39,13 @@ T = TypeVar("T")
 _RATIO = 0.35  # smooth: the second-order term stays below this share of the first in the box
 PAGE_TOLERANCE = 1e-12  # relative error a page's expansion may have at the answer
 BLOCK_PAGES = 1 << 15  # pages per block of a refresh: its temporaries stay in L2 cache
+#: Threads a refresh or evaluation runs its blocks in. One: a block is ~60 numpy calls on
+#: 32k pages, each releasing and taking back the GIL, and two threads handing it over
+#: cost ~40% more CPU for the same pass (10 M pages, 2 cores: an expansion 1.35 s CPU in
+#: one thread, 1.6-1.7 s in two; the final evaluation 0.5 s against 0.7-1.0 s), for a
+#: wall-time gain that only an idle machine sees. One thread also sums every host's load
+#: in page order, the same floats on every run.
+PASS_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -183,7 +191,7 @@ def expand(
             moments = slot_moments(s, cost, f, r1, r2, kappa, slots)
         return moments, np.flatnonzero(boundary) + lo
 
-    parts = chunked(run, n, BLOCK_PAGES)
+    parts = chunked(run, n, BLOCK_PAGES, PASS_THREADS)
     sums = np.sum([m for m, _ in parts], axis=0)
     boundary = np.concatenate([b for _, b in parts])
     return Refresh(sums, boundary, loads.total() if full else None)
@@ -224,7 +232,7 @@ def evaluate(
             return spend, 0.0, 0.0
         return spend, *weighted_sums(inverse.objective, rate, weights[part], out)
 
-    parts = chunked(run, n, BLOCK_PAGES)
+    parts = chunked(run, n, BLOCK_PAGES, PASS_THREADS)
     spend = math.fsum(a for a, _, _ in parts)
     values = None
     if weights is not None:
@@ -255,10 +263,12 @@ class HostSums:
         return np.asarray(np.sum(list(self.parts.values()), axis=0), dtype=np.float64)
 
 
-def chunked(run: Callable[[int], T], n: int, size: int = CHUNK_PAGES) -> list[T]:
-    """``run(start)`` for every chunk of ``n`` pages, in threads where there are cores."""
+def chunked(
+    run: Callable[[int], T], n: int, size: int = CHUNK_PAGES, threads: int | None = None
+) -> list[T]:
+    """``run(start)`` for every chunk of ``n`` pages, in ``threads`` (default: one a core)."""
     starts = range(0, n, size)
-    threads = os.cpu_count() or 1
+    threads = threads or os.cpu_count() or 1
     if threads == 1 or n <= size:
         return [run(lo) for lo in starts]
     with ThreadPoolExecutor(max_workers=threads) as pool:
