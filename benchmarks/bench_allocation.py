@@ -10,6 +10,9 @@ in one run:
   compare    value-weighted expected freshness of the optimum, uniform and
              change-proportional allocations under the same budget and per-page cap
 
+  --phases   the solve's CPU (all threads) and page faults by phase of the local solver,
+             in the same passes
+
 Reproduce:  .venv/bin/python benchmarks/bench_allocation.py [--pages 10000000 --hosts 100000]
 """
 
@@ -54,6 +57,7 @@ def main() -> None:
     from tasks.cycle.memory import keep_freed_memory
 
     keep_freed_memory()
+    load_start = os.getloadavg()[0]
     phases = _PhaseClock() if args.phases else None
     if phases is not None:
         phases.install()
@@ -116,7 +120,10 @@ def main() -> None:
         f"{(c2 - c1) / pass_cpu:.1f} passes' CPU time (solve {c2 - c1:.2f} s CPU, "
         f"{m2 - m1:.2f} s of it in the calling thread; the rest ran in worker threads)"
     )
-    print(f"load average {os.getloadavg()[0]:.1f} (other jobs on the machine slow every figure)")
+    print(
+        f"load average {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+        "(other jobs on the machine slow every figure)"
+    )
     print(
         f"spent {result.spent:,.1f} of {budget:,.1f}; multiplier {result.multiplier:.6g}; "
         f"pages given up (f = 0): {int(np.sum(result.frequencies == 0)):,}"
