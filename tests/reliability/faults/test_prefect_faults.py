@@ -176,11 +176,13 @@ def test_the_server_killed_mid_cycle_then_a_rerun_repairs_and_commits(tmp_path, 
     assert "error" in out, run_a.stderr()[-3000:]
     assert not check_history(root, before, 1)  # nothing committed, nothing half-written
 
-    # the operator restarts the server (while A's process still tries to send its events);
-    # the leases were in the dead server's memory: A's slots are leaked
-    server.start()
+    # A's process ends first: were it still running when the server comes back, its tasks
+    # could reach the new server and release their slots, and there would be nothing to
+    # repair (a race CI lost once). Then the operator restarts the server; the leases were
+    # in the dead server's memory: A's slots are leaked
     code, _, err = run_a.result()
     assert code == 1, err[-3000:]
+    server.start()
     held = server.active_slots()
     assert held and server.runs_in("RUNNING"), "the dead server left a slot and a run"
     code, summary, err = _flow(root, 1, at, env).result()
