@@ -29,6 +29,7 @@ Pure numpy; nothing here knows about priors or groups beyond the arrays it is gi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -179,18 +180,37 @@ def grid_weights(loglik: FloatArray) -> tuple[FloatArray, FloatArray]:
     return top, weights
 
 
+@dataclass(frozen=True)
+class GammaRows:
+    """Per Gamma ``(a, b)`` (a group's), the row ``exp(a g_j - b r_j - offset)`` on the grid
+    (its maximum 1) and its offset: what every page of the group shares in its marginal and
+    its fresh share. Built once per prior (``GammaRows.of``), not once per block of pages."""
+
+    shape: FloatArray
+    rate: FloatArray
+    factors: FloatArray  # (rows, grid)
+    offset: FloatArray
+
+    @classmethod
+    def of(cls, shape: FloatArray, rate: FloatArray, grid: FloatArray) -> GammaRows:
+        shape = np.asarray(shape, dtype=np.float64)
+        rate = np.asarray(rate, dtype=np.float64)
+        factors = np.multiply.outer(shape, grid)
+        factors -= np.multiply.outer(rate, np.exp(grid))
+        offset = factors.max(axis=1)
+        factors -= offset[:, None]
+        np.exp(factors, out=factors)
+        return cls(shape, rate, factors, offset)
+
+
 def _gamma_factors(
     shape: FloatArray, rate: FloatArray, grid: FloatArray
 ) -> tuple[IntArray, FloatArray, FloatArray]:
     """One row ``exp(a g_j - b r_j - offset)`` per distinct ``(a, b)`` (its maximum 1), the
     row of each page and each row's offset."""
     distinct, which = np.unique(shape + 1j * rate, return_inverse=True)
-    factors = np.multiply.outer(distinct.real, grid)
-    factors -= np.multiply.outer(distinct.imag, np.exp(grid))
-    offset = factors.max(axis=1)
-    factors -= offset[:, None]
-    np.exp(factors, out=factors)
-    return which.reshape(-1), factors, offset
+    rows = GammaRows.of(distinct.real, distinct.imag, grid)
+    return which.reshape(-1), rows.factors, rows.offset
 
 
 def gamma_log_marginal(
@@ -204,12 +224,49 @@ def gamma_log_marginal(
     """Per row: ``log sum_j exp(loglik_j + shape g_j - rate r_j)`` (without the Gamma's
     normalization), from ``grid_weights`` and one row of factors per distinct (shape, rate).
     Rows whose sum would underflow are summed directly from ``loglik``."""
+    which, factors, offset = _gamma_factors(shape, rate, grid)
+    return _gamma_log_marginal(weights, top, which, factors, offset, shape, rate, grid, loglik)
+
+
+def gamma_rows_log_marginal(
+    weights: FloatArray,
+    top: FloatArray,
+    rows: GammaRows,
+    which: IntArray,
+    grid: FloatArray,
+    loglik: FloatArray,
+) -> FloatArray:
+    """``gamma_log_marginal`` with each row's Gamma given as its row ``which`` of ``rows``
+    (the same numbers, without finding the distinct pairs again)."""
+    return _gamma_log_marginal(
+        weights,
+        top,
+        which,
+        rows.factors,
+        rows.offset,
+        rows.shape[which],
+        rows.rate[which],
+        grid,
+        loglik,
+    )
+
+
+def _gamma_log_marginal(
+    weights: FloatArray,
+    top: FloatArray,
+    which: IntArray,
+    factors: FloatArray,
+    offset: FloatArray,
+    shape: FloatArray,
+    rate: FloatArray,
+    grid: FloatArray,
+    loglik: FloatArray,
+) -> FloatArray:
     n = weights.shape[0]
     out = np.empty(n)
     if n == 0:
         return out
     rates = np.exp(grid)
-    which, factors, offset = _gamma_factors(shape, rate, grid)
     for lo in range(0, n, _BLOCK):
         hi = min(lo + _BLOCK, n)
         rows = which[lo:hi]
@@ -265,18 +322,86 @@ def posterior_fresh_share(
     convex combination of those values). Rows whose Gamma sum underflows are summed directly.
     """
     n = loglik.shape[0]
-    out = np.empty(n)
     if n == 0:
-        return out
-    rates = np.exp(grid)
+        return np.empty(0)
     which, factors, _ = _gamma_factors(shape, rate, grid)
+
+    def weights_of(lo: int, hi: int) -> FloatArray:
+        weights = loglik[lo:hi] - loglik[lo:hi].max(axis=1)[:, None]
+        np.exp(weights, out=weights)
+        return weights
+
+    def loglik_of(rows: IntArray) -> FloatArray:
+        return loglik[rows]
+
+    return _fresh_share(
+        weights_of,
+        loglik_of,
+        which,
+        factors,
+        shape,
+        rate,
+        prior,
+        odd,
+        interval,
+        grid,
+        n,
+    )
+
+
+def fresh_share_from_weights(
+    weights: FloatArray,
+    loglik_of: Callable[[IntArray], FloatArray],
+    rows: GammaRows,
+    which: IntArray,
+    prior: FloatArray,
+    odd: FloatArray,
+    interval: FloatArray,
+    grid: FloatArray,
+) -> FloatArray:
+    """``posterior_fresh_share`` from the rows' ``grid_weights`` (``exp(loglik - max)``,
+    kept from the marginals) and each row's Gamma as its row ``which`` of ``rows``: the same
+    numbers without a second exp pass. ``loglik_of(rows)`` gives some rows' log-likelihoods
+    (only for rows whose Gamma sum underflows)."""
+    n = weights.shape[0]
+    if n == 0:
+        return np.empty(0)
+    return _fresh_share(
+        lambda lo, hi: weights[lo:hi],
+        loglik_of,
+        which,
+        rows.factors,
+        rows.shape[which],
+        rows.rate[which],
+        prior,
+        odd,
+        interval,
+        grid,
+        n,
+    )
+
+
+def _fresh_share(
+    weights_of: Callable[[int, int], FloatArray],
+    loglik_of: Callable[[IntArray], FloatArray],
+    which: IntArray,
+    factors: FloatArray,
+    shape: FloatArray,
+    rate: FloatArray,
+    prior: FloatArray,
+    odd: FloatArray,
+    interval: FloatArray,
+    grid: FloatArray,
+    n: int,
+) -> FloatArray:
+    out = np.empty(n)
+    rates = np.exp(grid)
     log_prior = np.log(np.maximum(prior, 1e-300))
     scaled = np.exp(log_prior - log_prior.max())[None, :]
     shares = _GridRows.of(np.log(np.maximum(interval, 1e-300)), grid, "fresh_share")
     for lo in range(0, n, _BLOCK):
         hi = min(lo + _BLOCK, n)
-        weights = loglik[lo:hi] - loglik[lo:hi].max(axis=1)[:, None]
-        np.exp(weights, out=weights)
+        weights = weights_of(lo, hi)
         s_rows = shares.rows(slice(lo, hi))
         q = factors[which[lo:hi]]
         total = np.einsum("ij,ij->i", weights, q)
@@ -288,7 +413,7 @@ def posterior_fresh_share(
         small = np.flatnonzero(~(total > _TINY))
         if small.shape[0]:
             rows = lo + small
-            log_post = loglik[rows] + shape[rows, None] * grid - rate[rows, None] * rates
+            log_post = loglik_of(rows) + shape[rows, None] * grid - rate[rows, None] * rates
             post = np.exp(log_post - log_post.max(axis=1)[:, None])
             s_small = shares.rows(rows)
             regular[small] = np.einsum("ij,ij->i", post, s_small) / post.sum(axis=1)

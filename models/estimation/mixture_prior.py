@@ -172,6 +172,13 @@ class MixturePrior:
         shape, rate = group_gamma_parameters(self.shape, self.group_log_rate, self.group_log_var)
         return GammaPrior(shape, rate, groups)
 
+    @cached_property
+    def gamma_rows(self) -> grid_kernels.GammaRows:
+        """Each group's Gamma as a row of factors on the grid (built once per prior, shared
+        by every block's marginals and fresh shares)."""
+        shape, rate = group_gamma_parameters(self.shape, self.group_log_rate, self.group_log_var)
+        return grid_kernels.GammaRows.of(shape, rate, _GRID)
+
     def estimate(
         self, moments: PageMoments, groups: IntArray
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -181,9 +188,6 @@ class MixturePrior:
         odd = np.zeros(moments.size)
         observed = (moments.n_intervals > 0) | (moments.ages()[1] > 0)
         seen = np.flatnonzero(observed)
-        g_shape, g_rate = group_gamma_parameters(
-            self.shape, self.group_log_rate, self.group_log_var
-        )
         # A page never observed is at its group's prior, whose log-rate mode is the Gamma's
         # mean: for a wide group (small shape) many times its typical page's rate, so a
         # catalog seen little would look fast and its first visits cheap to give up. It
@@ -192,13 +196,14 @@ class MixturePrior:
         blank = np.flatnonzero(~observed)
         cap = rate_cap(moments.ages()[0][blank])
         rate[blank] = np.clip(self.group_typical()[groups[blank]], MIN_RATE, cap)
-        page_shape, page_rate = g_shape[groups[seen]], g_rate[groups[seen]]
         log_odd_prior = np.log(self.odd_share) - np.log1p(-self.odd_share)
+        rows = self.gamma_rows  # built here, before the threads share it
 
         def block(lo: int, hi: int) -> None:
             pages = seen[lo:hi]
+            codes = groups[pages]
             grid = _PageGrid.build(moments.take(pages))
-            log_group = grid.log_marginal(page_shape[lo:hi], page_rate[lo:hi])
+            log_group = grid.log_marginal_rows(rows, codes)
             log_odd, mean_log, sd_log = grid.histogram_posterior(self.level_prior)
             p_odd = special.expit(log_odd_prior + log_odd - log_group)
             odd[pages] = p_odd
@@ -207,35 +212,20 @@ class MixturePrior:
             rate[pages[use]] = np.clip(np.exp(mean_log[use]), MIN_RATE, cap)
             log_std[pages[use]] = sd_log[use]
             if CERTAINTY_EQUIVALENT:
-                tried = np.flatnonzero(moments.n_intervals[pages] > 0)
-                if tried.shape[0]:
-                    sub = pages[tried]
-                    ce = self._freshness_equivalent(
-                        grid.loglik()[tried],
-                        page_shape[lo:hi][tried],
-                        page_rate[lo:hi][tried],
-                        p_odd[tried],
-                        moments.observed_days[sub] / moments.n_intervals[sub],
-                    )
+                # every busy page has an interval; quiet ones only if seen more than by age
+                busy = np.flatnonzero(~grid.quiet)
+                tried = moments.n_intervals[pages]
+                calm = np.flatnonzero(grid.quiet & (tried > 0))
+                interval = moments.observed_days[pages] / np.maximum(tried, 1)
+                for local, share in grid.fresh_shares(
+                    busy, calm, rows, codes, self.level_prior, p_odd, interval
+                ):
+                    sub = pages[local]
+                    ce = _inverse_fresh_share(share) / interval[local]
                     rate[sub] = np.clip(ce, MIN_RATE, rate_cap(moments.ages()[0][sub]))
 
         _in_blocks(seen.shape[0], block)
         return rate, log_std, odd
-
-    def _freshness_equivalent(
-        self,
-        loglik: FloatArray,
-        shape: FloatArray,
-        rate: FloatArray,
-        p_odd: FloatArray,
-        interval: FloatArray,
-    ) -> FloatArray:
-        """Per page, the rate whose freshness at ``interval`` is the posterior's expected one."""
-        # the mixture posterior's mean fresh share (grid_kernels: within 5.3e-10)
-        share = grid_kernels.posterior_fresh_share(
-            loglik, shape, rate, self.level_prior, p_odd, interval, _GRID
-        )
-        return _inverse_fresh_share(share) / interval
 
 
 #: plan a page at its posterior's freshness-equivalent rate (``MixturePrior.estimate``)
@@ -356,7 +346,8 @@ def fit_mixture_prior(
             spread: FloatArray = log_var,
         ) -> float:
             a, b = group_gamma_parameters(float(np.exp(log_shape)), centre, spread)
-            return -float(np.dot(w, pages.log_marginal(a[codes], b[codes])))
+            rows = grid_kernels.GammaRows.of(a, b, _GRID)
+            return -float(np.dot(w, pages.log_marginal_rows(rows, codes)))
 
         best = optimize.minimize_scalar(
             loss, bounds=(np.log(0.05), np.log(50.0)), method="bounded", options={"xatol": 0.05}
@@ -410,6 +401,7 @@ def _levels_from_every_page(
     """
     regular = np.empty(observed.shape[0])
     codes = groups[observed]
+    prior.gamma_rows  # noqa: B018 (built once, before the threads share it)
 
     def block(lo: int, hi: int) -> None:
         grid = _PageGrid.build(moments.take(observed[lo:hi]))
@@ -457,8 +449,7 @@ _TRIGAMMA_LOG = np.log(special.polygamma(1, np.exp(_TRIGAMMA_X)))
 
 def _odd(prior: MixturePrior, pages: _PageGrid, codes: IntArray) -> FloatArray:
     """Posterior probability of the odd component, per page."""
-    a, b = group_gamma_parameters(prior.shape, prior.group_log_rate, prior.group_log_var)
-    log_group = pages.log_marginal(a[codes], b[codes])
+    log_group = pages.log_marginal_rows(prior.gamma_rows, codes)
     log_odd, _, _ = pages.histogram_posterior(prior.level_prior)
     log_odds = np.log(prior.odd_share) - np.log1p(-prior.odd_share) + log_odd - log_group
     return np.asarray(special.expit(log_odds), dtype=np.float64)
@@ -584,6 +575,75 @@ class _PageGrid:
                 grid_kernels.gamma_log_marginal(weights, top, a, b, _GRID, self.busy_loglik) + norm
             )
         return np.asarray(out, dtype=np.float64)
+
+    def log_marginal_rows(self, rows: grid_kernels.GammaRows, codes: IntArray) -> FloatArray:
+        """``log_marginal`` with each page's Gamma the row ``codes`` of ``rows`` (its group's):
+        the same numbers, the factors built once per prior instead of once per call."""
+        shape, rate = rows.shape[codes], rows.rate[codes]
+        k = self.aged
+        out = (
+            shape * np.log(rate)
+            - (shape + k) * np.log(rate + self.exposure)
+            + special.gammaln(shape + k)
+            - special.gammaln(shape)
+        )
+        if self.busy_loglik.shape[0]:
+            busy = ~self.quiet
+            a, b = shape[busy], rate[busy]
+            top, weights = self.busy_weights
+            norm = a * np.log(b) - special.gammaln(a) + np.log(_STEP)
+            out[busy] = (
+                grid_kernels.gamma_rows_log_marginal(
+                    weights, top, rows, codes[busy], _GRID, self.busy_loglik
+                )
+                + norm
+            )
+        return np.asarray(out, dtype=np.float64)
+
+    def fresh_shares(
+        self,
+        busy: IntArray,
+        calm: IntArray,
+        rows: grid_kernels.GammaRows,
+        codes: IntArray,
+        level_prior: FloatArray,
+        odd: FloatArray,
+        interval: FloatArray,
+    ) -> list[tuple[IntArray, FloatArray]]:
+        """The mixture posterior's mean fresh share (``grid_kernels.posterior_fresh_share``,
+        within 5.3e-10) at ``interval`` (days), for the ``busy`` pages (all of them, in order:
+        their kept ``busy_weights``, no second exp pass) and the quiet pages ``calm``;
+        ``(positions, shares)`` per kind. ``codes``, ``odd``, ``interval``: per page of the
+        grid (its group, odd probability, mean observed interval)."""
+        out = []
+        if busy.shape[0]:
+            _, weights = self.busy_weights
+            share = grid_kernels.fresh_share_from_weights(
+                weights,
+                lambda at: self.busy_loglik[at],
+                rows,
+                codes[busy],
+                level_prior,
+                odd[busy],
+                interval[busy],
+                _GRID,
+            )
+            out.append((busy, share))
+        if calm.shape[0]:
+            loglik = self.aged[calm, None] * _GRID[None, :] - self.exposure[calm, None] * _RATE
+            _, weights = grid_kernels.grid_weights(loglik)
+            share = grid_kernels.fresh_share_from_weights(
+                weights,
+                lambda at: loglik[at],
+                rows,
+                codes[calm],
+                level_prior,
+                odd[calm],
+                interval[calm],
+                _GRID,
+            )
+            out.append((calm, share))
+        return out
 
     def histogram_posterior(self, prior: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Per page under a grid prior: log marginal likelihood, mean and sd of log rate."""

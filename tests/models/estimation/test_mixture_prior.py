@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from models.estimation import mixture_prior
+from models.estimation import grid_kernels, mixture_prior
 from models.estimation.change_rate import estimate_from_moments
 from models.estimation.mixture_prior import (
     _inverse_trigamma,
@@ -180,15 +180,32 @@ def test_the_freshness_equivalent_rate_matches_quadrature(
     grid = mixture_prior._GRID
     r = np.exp(grid)
     loglik = np.log(-np.expm1(-r * changed_days)) - r * unchanged_days
-    prior = mixture_prior.MixturePrior(shape, np.zeros(1), np.zeros(1), 0.1, np.full(97, 1 / 97))
-    got = prior._freshness_equivalent(
-        loglik[None, :], np.array([shape]), np.array([rate]), np.zeros(1), np.array([interval])
-    )[0]
+    level_prior, odd, at = np.full(97, 1 / 97), np.zeros(1), np.array([interval])
+    # the reference kernel (exp pass of its own, distinct Gammas found per call) ...
+    direct = grid_kernels.posterior_fresh_share(
+        loglik[None, :], np.array([shape]), np.array([rate]), level_prior, odd, at, grid
+    )
+    # ... and the path the estimate takes (a prior's Gamma rows, the marginals' weights)
+    _, weights = grid_kernels.grid_weights(loglik[None, :])
+    rows = grid_kernels.GammaRows.of(np.array([shape]), np.array([rate]), grid)
+    kept = grid_kernels.fresh_share_from_weights(
+        weights,
+        lambda which: loglik[None, :][which],
+        rows,
+        np.zeros(1, dtype=np.int64),
+        level_prior,
+        odd,
+        at,
+        grid,
+    )
     share, mean, harmonic = _gamma_posterior_freshness(
         shape, rate, changed_days, unchanged_days, interval
     )
     expected = mixture_prior._inverse_fresh_share(np.array([share]))[0] / interval
+    got = mixture_prior._inverse_fresh_share(direct)[0] / interval
     assert got == pytest.approx(expected, rel=1e-3)
+    # the same arithmetic on the same weights: equal to rounding (1e-12 relative)
+    assert kept[0] == pytest.approx(direct[0], rel=1e-12)
     # Jensen: the fresh share is convex in r and concave in 1/r, so the equivalent rate
     # lies between the harmonic and the arithmetic mean of the posterior
     assert harmonic * (1 - 1e-3) <= got <= mean * (1 + 1e-3)
