@@ -329,7 +329,7 @@ def posterior_fresh_share(
     def weights_of(lo: int, hi: int) -> FloatArray:
         weights = loglik[lo:hi] - loglik[lo:hi].max(axis=1)[:, None]
         np.exp(weights, out=weights)
-        return weights
+        return np.asarray(weights, dtype=np.float64)
 
     def loglik_of(rows: IntArray) -> FloatArray:
         return loglik[rows]
