@@ -84,12 +84,19 @@ class CycleArchive:
 
 
 def _named_files(part: str) -> set[str]:
-    """The WARC files a part names: in its rows and in the list of its batch run."""
-    schema = pq.read_schema(part)
+    """The WARC files a part names: in its rows and in the list of its batch run.
+
+    The part is opened once (``ParquetFile``: its footer gives the schema and the list) and
+    only its ``warc_file`` column read, not through a dataset scan (``pq.read_table``):
+    the 500 parts of 2,000 rows of ``bench_commit``'s million-row cycle took 1.0-1.1 s of
+    CPU with the scan and a second footer read, 0.3-0.4 s so.
+    """
     named: set[str] = set()
-    if "warc_file" in schema.names:
-        column = pq.read_table(part, columns=["warc_file"])["warc_file"]
-        named.update(pc.unique(column.drop_null()).to_pylist())
+    with pq.ParquetFile(part) as file:
+        schema = file.schema_arrow
+        if "warc_file" in schema.names:
+            column = file.read(columns=["warc_file"], use_threads=False)["warc_file"]
+            named.update(pc.unique(column.drop_null()).to_pylist())
     listed = (schema.metadata or {}).get(WARC_FILES_KEY)
     if listed:
         named.update(json.loads(listed))
