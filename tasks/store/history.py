@@ -80,6 +80,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -979,6 +980,8 @@ def _pages(manifest: dict[str, Any]) -> int:
 
 # ---------------------------------------------------------------------- validation
 
+_OUTCOME_SET = frozenset(OUTCOMES)
+
 
 def validate_history_rows(
     rows: pa.Table | pd.DataFrame, cycle_id: int, *, linked: bool
@@ -1011,24 +1014,24 @@ def validate_history_rows(
         other = pc.not_equal(rows["cycle_id"], pa.scalar(cycle_id, rows["cycle_id"].type))
         if pc.any(other).as_py():
             raise HistoryInputError(f"rows carry a cycle_id other than {cycle_id}")
-    rows = (
-        rows.set_column(
-            rows.column_names.index("cycle_id"),
-            "cycle_id",
-            pa.array([cycle_id] * rows.num_rows, pa.int64()),
-        )
-        if "cycle_id" in names
-        else rows.append_column("cycle_id", pa.array([cycle_id] * rows.num_rows, pa.int64()))
-    )
+    # a part of a few thousand rows is validated in a fixed number of Arrow calls, each
+    # costing about as much as its rows: columns already of their type are not cast, the
+    # cycle_id column is built from numpy, not from a Python list (issue 19: 500 parts of
+    # 2,000 rows took 0.74-0.81 s of CPU casting every column, 0.33-0.35 s so)
     columns = []
     for field in HISTORY_SCHEMA:
-        if field.name in rows.column_names:
-            try:
-                columns.append(rows[field.name].cast(field.type))
-            except (pa.ArrowException, ValueError) as exc:
-                raise HistoryInputError(
-                    f"column {field.name!r} cannot be read as {field.type}: {exc}"
-                ) from None
+        if field.name == "cycle_id":
+            columns.append(pa.array(np.full(rows.num_rows, cycle_id, dtype=np.int64)))
+        elif field.name in names:
+            column = rows[field.name]
+            if column.type != field.type:
+                try:
+                    column = column.cast(field.type)
+                except (pa.ArrowException, ValueError) as exc:
+                    raise HistoryInputError(
+                        f"column {field.name!r} cannot be read as {field.type}: {exc}"
+                    ) from None
+            columns.append(column)
         else:
             columns.append(pa.nulls(rows.num_rows, field.type))
     table = pa.Table.from_arrays(columns, schema=HISTORY_SCHEMA.with_metadata(None))
@@ -1037,8 +1040,8 @@ def validate_history_rows(
             raise HistoryInputError(
                 f"column {field.name!r} has {table[field.name].null_count} null value(s)"
             )
-    bad = pc.invert(pc.is_in(table["outcome"], pa.array(OUTCOMES)))
-    if pc.any(bad).as_py():
+    if not set(pc.unique(table["outcome"]).to_pylist()) <= _OUTCOME_SET:
+        bad = pc.invert(pc.is_in(table["outcome"], pa.array(OUTCOMES)))
         example = pc.filter(table["outcome"], bad)[0].as_py()
         raise HistoryInputError(f"unknown outcome {example!r}; allowed: {', '.join(OUTCOMES)}")
     for name in ("bytes", "latency_s", "cost"):
