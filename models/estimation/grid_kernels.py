@@ -172,10 +172,15 @@ def changed_loglik(
     return out
 
 
-def grid_weights(loglik: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """``(top, W)``: each row's maximum and ``exp(loglik - top)`` (entries in [0, 1])."""
+def grid_weights(loglik: FloatArray, *, in_place: bool = False) -> tuple[FloatArray, FloatArray]:
+    """``(top, W)``: each row's maximum and ``exp(loglik - top)`` (entries in [0, 1]);
+    ``in_place`` writes ``W`` over ``loglik`` (the same numbers, no second array)."""
     top = loglik.max(axis=1)
-    weights = loglik - top[:, None]
+    if in_place:
+        weights = loglik
+        weights -= top[:, None]
+    else:
+        weights = loglik - top[:, None]
     np.exp(weights, out=weights)
     return top, weights
 
@@ -225,7 +230,11 @@ def gamma_log_marginal(
     normalization), from ``grid_weights`` and one row of factors per distinct (shape, rate).
     Rows whose sum would underflow are summed directly from ``loglik``."""
     which, factors, offset = _gamma_factors(shape, rate, grid)
-    return _gamma_log_marginal(weights, top, which, factors, offset, shape, rate, grid, loglik)
+
+    def loglik_of(at: IntArray) -> FloatArray:
+        return loglik[at]
+
+    return _gamma_log_marginal(weights, top, which, factors, offset, shape, rate, grid, loglik_of)
 
 
 def gamma_rows_log_marginal(
@@ -234,10 +243,11 @@ def gamma_rows_log_marginal(
     rows: GammaRows,
     which: IntArray,
     grid: FloatArray,
-    loglik: FloatArray,
+    loglik_of: Callable[[IntArray], FloatArray],
 ) -> FloatArray:
     """``gamma_log_marginal`` with each row's Gamma given as its row ``which`` of ``rows``
-    (the same numbers, without finding the distinct pairs again)."""
+    (the same numbers, without finding the distinct pairs again); ``loglik_of(at)`` gives
+    some rows' log-likelihoods (only rows whose sum underflows)."""
     return _gamma_log_marginal(
         weights,
         top,
@@ -247,7 +257,7 @@ def gamma_rows_log_marginal(
         rows.shape[which],
         rows.rate[which],
         grid,
-        loglik,
+        loglik_of,
     )
 
 
@@ -260,7 +270,7 @@ def _gamma_log_marginal(
     shape: FloatArray,
     rate: FloatArray,
     grid: FloatArray,
-    loglik: FloatArray,
+    loglik_of: Callable[[IntArray], FloatArray],
 ) -> FloatArray:
     n = weights.shape[0]
     out = np.empty(n)
@@ -276,7 +286,7 @@ def _gamma_log_marginal(
         small = np.flatnonzero(~(total > _TINY))
         if small.shape[0]:
             pages = lo + small
-            log_post = loglik[pages] + shape[pages, None] * grid - rate[pages, None] * rates
+            log_post = loglik_of(pages) + shape[pages, None] * grid - rate[pages, None] * rates
             peak = log_post.max(axis=1)
             out[pages] = np.log(np.exp(log_post - peak[:, None]).sum(axis=1)) + peak
     return out
@@ -422,6 +432,117 @@ def _fresh_share(
     return out
 
 
+def fresh_share_from_loglik(
+    loglik_of: Callable[[IntArray], FloatArray],
+    rows: GammaRows,
+    which: IntArray,
+    prior: FloatArray,
+    odd: FloatArray,
+    interval: FloatArray,
+    grid: FloatArray,
+) -> FloatArray:
+    """``posterior_fresh_share`` of rows whose log-likelihood ``loglik_of(positions)``
+    gives, a block of rows at a time (their ``grid_weights`` made block by block and
+    dropped: the same numbers as from one array of every row's weights, without it)."""
+    n = which.shape[0]
+    if n == 0:
+        return np.empty(0)
+
+    def weights_of(lo: int, hi: int) -> FloatArray:
+        return grid_weights(loglik_of(np.arange(lo, hi)), in_place=True)[1]
+
+    return _fresh_share(
+        weights_of,
+        loglik_of,
+        which,
+        rows.factors,
+        rows.shape[which],
+        rows.rate[which],
+        prior,
+        odd,
+        interval,
+        grid,
+        n,
+    )
+
+
+@dataclass(frozen=True)
+class GridPosterior:
+    """Per row of ``grid_posterior``: both components' marginals, the grid prior's
+    posterior moments of the log rate and (asked for) both components' fresh shares."""
+
+    log_gamma: FloatArray  # log sum_j exp(loglik_j + a g_j - b r_j), no normalization
+    log_odd: FloatArray  # histogram_moments: log marginal likelihood under the grid prior
+    mean_log: FloatArray
+    sd_log: FloatArray
+    gamma_share: FloatArray | None  # posterior mean fresh share under the Gamma component
+    odd_share: FloatArray | None  # ... under the grid prior
+
+
+def grid_posterior(
+    weights: FloatArray,
+    top: FloatArray,
+    loglik_of: Callable[[IntArray], FloatArray],
+    rows: GammaRows,
+    which: IntArray,
+    prior: FloatArray,
+    grid: FloatArray,
+    interval: FloatArray | None = None,
+) -> GridPosterior:
+    """``gamma_rows_log_marginal``, ``histogram_moments`` and (with ``interval``) both parts
+    of ``posterior_fresh_share`` in one pass over the rows' ``grid_weights``: each block's
+    weights and Gamma rows are read once while they sit in the cache, and the sums the
+    three share (``sum W Q``, ``sum W prior``) are made once. The same numbers as the three
+    functions (each element is the same dot product)."""
+    n = weights.shape[0]
+    log_gamma, log_odd, mean, sd = (np.empty(n) for _ in range(4))
+    shares = interval is not None
+    gamma_share, odd_share = (np.empty(n), np.empty(n)) if shares else (None, None)
+    if n == 0:
+        return GridPosterior(log_gamma, log_odd, mean, sd, gamma_share, odd_share)
+    rates = np.exp(grid)
+    log_prior = np.log(prior)
+    shift = float(log_prior.max())
+    scaled = np.exp(log_prior - shift)
+    moment_rows = np.ascontiguousarray(np.stack([scaled, scaled * grid, scaled * grid * grid]))
+    share_rows = scaled[None, :]
+    table = None
+    if interval is not None:
+        table = _GridRows.of(np.log(np.maximum(interval, 1e-300)), grid, "fresh_share")
+    shape, rate = rows.shape[which], rows.rate[which]
+    for lo in range(0, n, _BLOCK):
+        hi = min(lo + _BLOCK, n)
+        at = which[lo:hi]
+        w = weights[lo:hi]
+        q = rows.factors[at]
+        total = np.einsum("ij,ij->i", w, q)
+        with np.errstate(divide="ignore"):
+            log_gamma[lo:hi] = np.log(total) + top[lo:hi] + rows.offset[at]
+        sums = np.einsum("ij,kj->ik", w, moment_rows)
+        z = sums[:, 0]
+        m = sums[:, 1] / z
+        log_odd[lo:hi] = np.log(z) + top[lo:hi] + shift
+        mean[lo:hi] = m
+        sd[lo:hi] = np.sqrt(np.maximum(sums[:, 2] / z - m * m, 0.0))
+        if table is not None and gamma_share is not None and odd_share is not None:
+            s_rows = table.rows(slice(lo, hi))
+            s_rows *= w  # W s
+            with np.errstate(divide="ignore", invalid="ignore"):
+                gamma_share[lo:hi] = np.einsum("ij,ij->i", s_rows, q) / total
+            odd_share[lo:hi] = np.einsum("ij,kj->ik", s_rows, share_rows)[:, 0] / z
+        small = np.flatnonzero(~(total > _TINY))
+        if small.shape[0]:
+            pages = lo + small
+            log_post = loglik_of(pages) + shape[pages, None] * grid - rate[pages, None] * rates
+            peak = log_post.max(axis=1)
+            post = np.exp(log_post - peak[:, None])
+            mass = post.sum(axis=1)
+            log_gamma[pages] = np.log(mass) + peak
+            if table is not None and gamma_share is not None:
+                gamma_share[pages] = np.einsum("ij,ij->i", post, table.rows(pages)) / mass
+    return GridPosterior(log_gamma, log_odd, mean, sd, gamma_share, odd_share)
+
+
 # ------------------------------------------------------------------ quiet pages
 
 #: the quiet table's range in s = log(exposure days) and its points
@@ -523,6 +644,20 @@ def page_histogram(
     rows = np.flatnonzero(~quiet)
     if rows.shape[0]:
         log_z[rows], mean[rows], sd[rows] = histogram_moments(weights, top, prior, grid)
+    quiet_pages_histogram(quiet, aged, exposure, prior, grid, (log_z, mean, sd))
+    return log_z, mean, sd
+
+
+def quiet_pages_histogram(
+    quiet: NDArray[np.bool_],
+    aged: FloatArray,
+    exposure: FloatArray,
+    prior: FloatArray,
+    grid: FloatArray,
+    out: tuple[FloatArray, FloatArray, FloatArray],
+) -> None:
+    """``page_histogram``'s quiet pages, written into ``out`` (log_z, mean, sd) at them."""
+    log_z, mean, sd = out
     plain = quiet & (aged == 0) & (exposure > 0)
     rows = np.flatnonzero(plain)
     if rows.shape[0]:
@@ -532,4 +667,3 @@ def page_histogram(
         loglik = aged[rows, None] * grid - exposure[rows, None] * np.exp(grid)
         top_q, weights_q = grid_weights(loglik)
         log_z[rows], mean[rows], sd[rows] = histogram_moments(weights_q, top_q, prior, grid)
-    return log_z, mean, sd

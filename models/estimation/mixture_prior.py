@@ -48,6 +48,7 @@ censored changed interval keeps an exact marginal likelihood).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -180,13 +181,18 @@ class MixturePrior:
         return grid_kernels.GammaRows.of(shape, rate, _GRID)
 
     def estimate(
-        self, moments: PageMoments, groups: IntArray
+        self, moments: PageMoments, groups: IntArray, *, kept: KeptGrids | None = None
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """Per page: rate, standard error of log rate, and probability of being odd."""
+        """Per page: rate, standard error of log rate, and probability of being odd.
+
+        ``kept``: the observed pages' grids a fit kept (``fit_mixture_prior``), used instead
+        of building them again (the same grids)."""
         est = estimate_with_gamma(moments, self.group_gamma(groups), exact_quiet=False)
         rate, log_std = est.rate.copy(), est.log_std.copy()
         odd = np.zeros(moments.size)
-        observed = (moments.n_intervals > 0) | (moments.ages()[1] > 0)
+        aged_count, aged_days = moments.ages()
+        cap_of = rate_cap(aged_count)
+        observed = (moments.n_intervals > 0) | (aged_days > 0)
         seen = np.flatnonzero(observed)
         # A page never observed is at its group's prior, whose log-rate mode is the Gamma's
         # mean: for a wide group (small shape) many times its typical page's rate, so a
@@ -194,38 +200,73 @@ class MixturePrior:
         # gets the group's typical rate instead, the geometric mean exp(E[log r])
         # (issue 18: from a cold start at 0.05 N this closed 81% of the gap, not 62%).
         blank = np.flatnonzero(~observed)
-        cap = rate_cap(moments.ages()[0][blank])
-        rate[blank] = np.clip(self.group_typical()[groups[blank]], MIN_RATE, cap)
+        rate[blank] = np.clip(self.group_typical()[groups[blank]], MIN_RATE, cap_of[blank])
         log_odd_prior = np.log(self.odd_share) - np.log1p(-self.odd_share)
         rows = self.gamma_rows  # built here, before the threads share it
+        observed_days = moments.observed_days
+        if kept is not None and kept.pages is not None and not np.array_equal(kept.pages, seen):
+            kept = None  # another set of pages: nothing kept applies
 
         def block(lo: int, hi: int) -> None:
             pages = seen[lo:hi]
             codes = groups[pages]
-            grid = _PageGrid.build(moments.take(pages))
-            log_group = grid.log_marginal_rows(rows, codes)
-            log_odd, mean_log, sd_log = grid.histogram_posterior(self.level_prior)
+            grid = kept.take(lo) if kept is not None else None
+            if grid is None:
+                grid = _PageGrid.build(moments.take(pages))
+            tried = moments.n_intervals[pages]
+            interval = observed_days[pages] / np.maximum(tried, 1)
+            busy = np.flatnonzero(~grid.quiet)
+            log_group, log_odd, mean_log, sd_log, post = grid.posterior(
+                rows, codes, self.level_prior, interval[busy] if CERTAINTY_EQUIVALENT else None
+            )
             p_odd = special.expit(log_odd_prior + log_odd - log_group)
             odd[pages] = p_odd
             use = p_odd > 0.5
-            cap = rate_cap(moments.ages()[0][pages[use]])
-            rate[pages[use]] = np.clip(np.exp(mean_log[use]), MIN_RATE, cap)
+            rate[pages[use]] = np.clip(np.exp(mean_log[use]), MIN_RATE, cap_of[pages[use]])
             log_std[pages[use]] = sd_log[use]
             if CERTAINTY_EQUIVALENT:
+                assert post.gamma_share is not None and post.odd_share is not None
                 # every busy page has an interval; quiet ones only if seen more than by age
-                busy = np.flatnonzero(~grid.quiet)
-                tried = moments.n_intervals[pages]
+                p_busy = p_odd[busy]
+                shares = [(busy, (1.0 - p_busy) * post.gamma_share + p_busy * post.odd_share)]
                 calm = np.flatnonzero(grid.quiet & (tried > 0))
-                interval = moments.observed_days[pages] / np.maximum(tried, 1)
-                for local, share in grid.fresh_shares(
-                    busy, calm, rows, codes, self.level_prior, p_odd, interval
-                ):
+                if calm.shape[0]:
+                    calm_share = grid.calm_fresh_shares(
+                        calm, rows, codes, self.level_prior, p_odd, interval
+                    )
+                    shares.append((calm, calm_share))
+                for local, share in shares:
                     sub = pages[local]
                     ce = _inverse_fresh_share(share) / interval[local]
-                    rate[sub] = np.clip(ce, MIN_RATE, rate_cap(moments.ages()[0][sub]))
+                    rate[sub] = np.clip(ce, MIN_RATE, cap_of[sub])
 
         _in_blocks(seen.shape[0], block)
         return rate, log_std, odd
+
+
+class KeptGrids:
+    """Observed pages' grids, block by block (``_in_blocks``' blocks of ``pages``), kept by
+    a fit's pass over every page for the estimate's pass over the same pages, while their
+    weights stay under ``limit`` bytes (blocks beyond it are built again)."""
+
+    def __init__(self, limit: int = 2 << 30) -> None:
+        self.limit = limit
+        self.pages: IntArray | None = None
+        self._grids: dict[int, _PageGrid] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def keep(self, lo: int, grid: _PageGrid) -> None:
+        size = int(grid.busy_weights[1].nbytes)
+        with self._lock:
+            if self._bytes + size <= self.limit:
+                self._bytes += size
+                self._grids[lo] = grid
+
+    def take(self, lo: int) -> _PageGrid | None:
+        """The block's grid (handed over once: its memory goes with the estimate's block)."""
+        with self._lock:
+            return self._grids.pop(lo, None)
 
 
 #: plan a page at its posterior's freshness-equivalent rate (``MixturePrior.estimate``)
@@ -264,8 +305,9 @@ def estimate_with_mixture_prior(
     gets) and the fitted prior.
     """
     codes = group_codes(groups, moments.size)
-    prior = fit_mixture_prior(moments, codes, start=start)
-    rate, log_std, _ = prior.estimate(moments, codes)
+    kept = KeptGrids()
+    prior = fit_mixture_prior(moments, codes, start=start, kept=kept)
+    rate, log_std, _ = prior.estimate(moments, codes, kept=kept)
     spread = np.exp(_Z90 * log_std)
     estimates = RateEstimates(
         page_ids=moments.page_ids,
@@ -291,13 +333,16 @@ def fit_mixture_prior(
     start: MixturePrior | None = None,
     recent: DecayedMoments | None = None,
     seed: int = 0,
+    kept: KeptGrids | None = None,
 ) -> MixturePrior:
     """Fit the mixture prior on up to ``per_group`` observed pages of each group.
 
     Alternates ``iterations`` times (EM): group levels and the level distribution from the
     pages' pooled observations, each page weighted by its probability of following its
     group; the shared within-group shape by maximizing the weighted marginal likelihood;
-    each page's probability of being odd, and the odd share. ``start`` warm-starts.
+    each page's probability of being odd, and the odd share. ``start`` warm-starts;
+    ``kept`` keeps the grids of the last round's pass over every observed page (a sampled
+    fit's) for ``MixturePrior.estimate``.
     """
     n_groups = int(groups.max()) + 1 if groups.shape[0] else 1
     flat = np.full(_GRID.shape[0], 1.0 / _GRID.shape[0])
@@ -332,7 +377,7 @@ def fit_mixture_prior(
                 shape, prior.group_log_rate, prior.group_log_var, odd_share, level_prior
             )
             log_rate, log_var, level_prior = _levels_from_every_page(
-                current, moments, groups, observed, recent, n_groups
+                current, moments, groups, observed, recent, n_groups, kept
             )
         else:
             log_rate, log_var, level_prior = _group_levels(
@@ -388,6 +433,7 @@ def _levels_from_every_page(
     observed: IntArray,
     recent: DecayedMoments | None,
     n_groups: int,
+    kept: KeptGrids | None = None,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Each group's level pooled over all its observed pages (``_group_levels``' output).
 
@@ -397,15 +443,19 @@ def _levels_from_every_page(
     little: at 100,000 pages a sample of 5,000 instead of 50,000 cost the backtest's planner
     3 points of the oracle-uniform gap. Pooling every page is cheap once each page's
     probability of following its group is known: one pass over the observed pages under
-    ``prior``, as an estimate makes.
+    ``prior``, as an estimate makes; ``kept`` keeps that pass's grids for the estimate.
     """
     regular = np.empty(observed.shape[0])
     codes = groups[observed]
     prior.gamma_rows  # noqa: B018 (built once, before the threads share it)
+    if kept is not None:
+        kept.pages = observed
 
     def block(lo: int, hi: int) -> None:
         grid = _PageGrid.build(moments.take(observed[lo:hi]))
         regular[lo:hi] = 1.0 - _odd(prior, grid, codes[lo:hi])
+        if kept is not None:
+            kept.keep(lo, grid)
 
     _in_blocks(observed.shape[0], block)
     return _group_levels(
@@ -449,8 +499,7 @@ _TRIGAMMA_LOG = np.log(special.polygamma(1, np.exp(_TRIGAMMA_X)))
 
 def _odd(prior: MixturePrior, pages: _PageGrid, codes: IntArray) -> FloatArray:
     """Posterior probability of the odd component, per page."""
-    log_group = pages.log_marginal_rows(prior.gamma_rows, codes)
-    log_odd, _, _ = pages.histogram_posterior(prior.level_prior)
+    log_group, log_odd, _, _, _ = pages.posterior(prior.gamma_rows, codes, prior.level_prior)
     log_odds = np.log(prior.odd_share) - np.log1p(-prior.odd_share) + log_odd - log_group
     return np.asarray(special.expit(log_odds), dtype=np.float64)
 
@@ -517,48 +566,77 @@ def _log_changed(days: FloatArray, weight: FloatArray) -> FloatArray:
     return np.where(weight[:, None] > 0, out, 0.0)
 
 
+def _busy_loglik(stats: IntervalStats, busy: IntArray) -> FloatArray:
+    """The log-likelihoods on the grid of the pages ``busy`` (sorted positions, each with a
+    censored changed interval): ``(pages, grid)``."""
+    aged, aged_days = stats.ages()
+    exposure = stats.unchanged_days[busy] + aged_days[busy]
+    if busy.shape[0] == 0:
+        return np.zeros((0, _GRID.shape[0]))
+    position = np.full(stats.size, -1)
+    position[busy] = np.arange(busy.shape[0])
+    rows = position[stats.node_page]
+    days, weight = stats.node_days, stats.node_weight
+    if busy.shape[0] < stats.size and (rows < 0).any():  # some pages' rows only
+        keep = rows >= 0
+        rows, days, weight = rows[keep], days[keep], weight[keep]
+    # w log(1 - exp(-t r)) from a table (grid_kernels: within 1.4e-9 per interval)
+    loglik = grid_kernels.changed_loglik(rows, days, weight, busy.shape[0], _GRID)
+    loglik -= exposure[:, None] * _RATE[None, :]
+    if aged[busy].any():
+        loglik += aged[busy, None] * _GRID[None, :]
+    return loglik
+
+
 @dataclass(frozen=True)
 class _PageGrid:
-    """Pages' log-likelihoods on the log-rate grid.
+    """Pages' likelihoods on the log-rate grid.
 
     Pages without a censored changed interval ("quiet") have the conjugate likelihood
     ``K log r - r E`` (K trusted Last-Modified ages; exposure E: unchanged days plus the
-    ages), kept as two numbers; the others get their log-likelihood on the grid.
+    ages), kept as two numbers; the others ("busy") get their likelihood on the grid, as
+    ``busy_weights``: each row's maximum and ``exp(loglik - max)``. Their log-likelihoods
+    are not kept (the weights are written over them); the few a sum needs (a marginal that
+    underflows) are built again by ``busy_rows_loglik``.
     """
 
     quiet: NDArray[np.bool_]
     exposure: FloatArray  # unchanged days + trusted ages
     aged: FloatArray  # K: observations with a trusted age
-    busy_loglik: FloatArray  # (pages with a censored changed interval, grid)
+    busy_weights: tuple[FloatArray, FloatArray]  # busy pages' (top, exp(loglik - top))
+    busy_rows_loglik: Callable[[IntArray], FloatArray]  # busy rows -> their log-likelihoods
 
     @classmethod
     def build(cls, stats: IntervalStats) -> _PageGrid:
+        return cls.of(stats, _busy_loglik)
+
+    @classmethod
+    def of(
+        cls, stats: IntervalStats, busy_loglik: Callable[[IntervalStats, IntArray], FloatArray]
+    ) -> _PageGrid:
+        """The grid of ``stats``' pages, their busy rows' log-likelihoods from ``busy_loglik``."""
         aged, aged_days = stats.ages()
-        exposure = stats.unchanged_days + aged_days
         quiet = stats.n_changed == 0
         busy = np.flatnonzero(~quiet)
-        loglik = np.zeros((busy.shape[0], _GRID.shape[0]))
-        if busy.shape[0]:
-            position = np.full(stats.size, -1)
-            position[busy] = np.arange(busy.shape[0])
-            rows = position[stats.node_page]
-            # w log(1 - exp(-t r)) from a table (grid_kernels: within 1.4e-9 per interval)
-            loglik = grid_kernels.changed_loglik(
-                rows, stats.node_days, stats.node_weight, busy.shape[0], _GRID
-            )
-            loglik -= exposure[busy, None] * _RATE[None, :]
-            loglik += aged[busy, None] * _GRID[None, :]
-        return cls(quiet, exposure, aged, loglik)
+        weights = grid_kernels.grid_weights(busy_loglik(stats, busy), in_place=True)
+
+        def rows_loglik(at: IntArray) -> FloatArray:
+            return busy_loglik(stats, busy[at])
+
+        return cls(quiet, stats.unchanged_days + aged_days, aged, weights, rows_loglik)
+
+    @property
+    def n_busy(self) -> int:
+        return int(self.busy_weights[1].shape[0])
 
     def loglik(self) -> FloatArray:
-        """Every page's log-likelihood on the grid."""
+        """Every page's log-likelihood on the grid (built again for the busy pages)."""
         out = self.aged[:, None] * _GRID[None, :] - self.exposure[:, None] * _RATE[None, :]
-        out[~self.quiet] = self.busy_loglik
+        out[~self.quiet] = self.busy_rows_loglik(np.arange(self.n_busy))
         return out
 
-    def log_marginal(self, shape: FloatArray, rate: FloatArray) -> FloatArray:
-        """Per page: log of the observations' likelihood integrated over Gamma(shape, rate)."""
-        # exact for quiet pages: Gamma(a, b) against r^K exp(-r E)
+    def _quiet_log_marginal(self, shape: FloatArray, rate: FloatArray) -> FloatArray:
+        """Exact for quiet pages: Gamma(a, b) against r^K exp(-r E) (every page's slot)."""
         k = self.aged
         out = (
             shape * np.log(rate)
@@ -566,95 +644,96 @@ class _PageGrid:
             + special.gammaln(shape + k)
             - special.gammaln(shape)
         )
-        if self.busy_loglik.shape[0]:
+        return np.asarray(out, dtype=np.float64)
+
+    def log_marginal(self, shape: FloatArray, rate: FloatArray) -> FloatArray:
+        """Per page: log of the observations' likelihood integrated over Gamma(shape, rate)."""
+        out = self._quiet_log_marginal(shape, rate)
+        if self.n_busy:
             busy = ~self.quiet
             a, b = shape[busy], rate[busy]
             top, weights = self.busy_weights
-            norm = a * np.log(b) - special.gammaln(a) + np.log(_STEP)
+            which, factors, offset = grid_kernels._gamma_factors(a, b, _GRID)
+            norm = grid_kernels.gamma_normalization(a, b, _STEP)
             out[busy] = (
-                grid_kernels.gamma_log_marginal(weights, top, a, b, _GRID, self.busy_loglik) + norm
+                grid_kernels._gamma_log_marginal(
+                    weights, top, which, factors, offset, a, b, _GRID, self.busy_rows_loglik
+                )
+                + norm
             )
-        return np.asarray(out, dtype=np.float64)
+        return out
 
     def log_marginal_rows(self, rows: grid_kernels.GammaRows, codes: IntArray) -> FloatArray:
         """``log_marginal`` with each page's Gamma the row ``codes`` of ``rows`` (its group's):
         the same numbers, the factors built once per prior instead of once per call."""
         shape, rate = rows.shape[codes], rows.rate[codes]
-        k = self.aged
-        out = (
-            shape * np.log(rate)
-            - (shape + k) * np.log(rate + self.exposure)
-            + special.gammaln(shape + k)
-            - special.gammaln(shape)
-        )
-        if self.busy_loglik.shape[0]:
+        out = self._quiet_log_marginal(shape, rate)
+        if self.n_busy:
             busy = ~self.quiet
-            a, b = shape[busy], rate[busy]
             top, weights = self.busy_weights
-            norm = a * np.log(b) - special.gammaln(a) + np.log(_STEP)
-            out[busy] = (
-                grid_kernels.gamma_rows_log_marginal(
-                    weights, top, rows, codes[busy], _GRID, self.busy_loglik
-                )
-                + norm
-            )
-        return np.asarray(out, dtype=np.float64)
+            out[busy] = grid_kernels.gamma_rows_log_marginal(
+                weights, top, rows, codes[busy], _GRID, self.busy_rows_loglik
+            ) + grid_kernels.gamma_normalization(shape[busy], rate[busy], _STEP)
+        return out
 
-    def fresh_shares(
+    def posterior(
         self,
-        busy: IntArray,
+        rows: grid_kernels.GammaRows,
+        codes: IntArray,
+        level_prior: FloatArray,
+        interval: FloatArray | None = None,
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, grid_kernels.GridPosterior]:
+        """``log_marginal_rows`` and ``histogram_posterior(level_prior)`` of every page (one
+        pass over the busy pages' weights: ``grid_kernels.grid_posterior``), and that pass's
+        result for the busy pages, with their fresh shares at ``interval`` (per busy page,
+        its mean observed interval) under both components if given."""
+        shape, rate = rows.shape[codes], rows.rate[codes]
+        log_group = self._quiet_log_marginal(shape, rate)
+        n = self.quiet.shape[0]
+        log_odd, mean, sd = np.empty(n), np.empty(n), np.empty(n)
+        busy = ~self.quiet
+        top, weights = self.busy_weights
+        post = grid_kernels.grid_posterior(
+            weights, top, self.busy_rows_loglik, rows, codes[busy], level_prior, _GRID, interval
+        )
+        if self.n_busy:
+            norm = grid_kernels.gamma_normalization(shape[busy], rate[busy], _STEP)
+            log_group[busy] = post.log_gamma + norm
+            log_odd[busy], mean[busy], sd[busy] = post.log_odd, post.mean_log, post.sd_log
+        grid_kernels.quiet_pages_histogram(
+            self.quiet, self.aged, self.exposure, level_prior, _GRID, (log_odd, mean, sd)
+        )
+        return log_group, log_odd, mean, sd, post
+
+    def calm_fresh_shares(
+        self,
         calm: IntArray,
         rows: grid_kernels.GammaRows,
         codes: IntArray,
         level_prior: FloatArray,
         odd: FloatArray,
         interval: FloatArray,
-    ) -> list[tuple[IntArray, FloatArray]]:
+    ) -> FloatArray:
         """The mixture posterior's mean fresh share (``grid_kernels.posterior_fresh_share``,
-        within 5.3e-10) at ``interval`` (days), for the ``busy`` pages (all of them, in order:
-        their kept ``busy_weights``, no second exp pass) and the quiet pages ``calm``;
-        ``(positions, shares)`` per kind. ``codes``, ``odd``, ``interval``: per page of the
-        grid (its group, odd probability, mean observed interval)."""
-        out = []
-        if busy.shape[0]:
-            _, weights = self.busy_weights
-            share = grid_kernels.fresh_share_from_weights(
-                weights,
-                lambda at: self.busy_loglik[at],
-                rows,
-                codes[busy],
-                level_prior,
-                odd[busy],
-                interval[busy],
-                _GRID,
-            )
-            out.append((busy, share))
-        if calm.shape[0]:
-            loglik = self.aged[calm, None] * _GRID[None, :] - self.exposure[calm, None] * _RATE
-            _, weights = grid_kernels.grid_weights(loglik)
-            share = grid_kernels.fresh_share_from_weights(
-                weights,
-                lambda at: loglik[at],
-                rows,
-                codes[calm],
-                level_prior,
-                odd[calm],
-                interval[calm],
-                _GRID,
-            )
-            out.append((calm, share))
-        return out
+        within 5.3e-10) at ``interval`` (days) of the quiet pages ``calm``; ``codes``,
+        ``odd``, ``interval``: per page of the grid (its group, odd probability, mean
+        observed interval). Their likelihoods' weights are made block by block."""
+
+        def loglik_of(at: IntArray) -> FloatArray:
+            pages = calm[at]
+            out = self.aged[pages, None] * _GRID[None, :]
+            out -= self.exposure[pages, None] * _RATE
+            return out
+
+        return grid_kernels.fresh_share_from_loglik(
+            loglik_of, rows, codes[calm], level_prior, odd[calm], interval[calm], _GRID
+        )
 
     def histogram_posterior(self, prior: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Per page under a grid prior: log marginal likelihood, mean and sd of log rate."""
         return grid_kernels.page_histogram(
             self.quiet, self.aged, self.exposure, self.busy_weights, prior, _GRID
         )
-
-    @cached_property
-    def busy_weights(self) -> tuple[FloatArray, FloatArray]:
-        """Busy pages' ``(top, exp(loglik - top))``: one exp pass, shared by the marginals."""
-        return grid_kernels.grid_weights(self.busy_loglik)
 
 
 def _in_blocks(size: int, block: Callable[[int, int], None]) -> None:

@@ -19,28 +19,37 @@ from models.estimation.synthetic import generate_history, generate_web
 GRID, RATE, STEP = mp._GRID, mp._RATE, mp._STEP
 
 
+def _reference_busy_loglik(stats: IntervalStats, busy: np.ndarray) -> np.ndarray:
+    """The busy pages' log-likelihoods, one expm1 and log per node and grid point."""
+    aged, aged_days = stats.ages()
+    exposure = stats.unchanged_days + aged_days
+    loglik = np.zeros((busy.shape[0], GRID.shape[0]))
+    if busy.shape[0]:
+        position = np.full(stats.size, -1)
+        position[busy] = np.arange(busy.shape[0])
+        rows = position[stats.node_page]
+        keep = rows >= 0
+        contrib = stats.node_weight[keep, None] * np.log(
+            -np.expm1(-stats.node_days[keep, None] * RATE[None, :])
+        )
+        rows = rows[keep]
+        starts = np.flatnonzero(np.r_[True, np.diff(rows) != 0])
+        loglik[rows[starts]] += np.add.reduceat(contrib, starts, axis=0)
+        loglik -= exposure[busy, None] * RATE[None, :]
+        loglik += aged[busy, None] * GRID[None, :]
+    return loglik
+
+
+def _direct_share(x: np.ndarray) -> np.ndarray:
+    return np.where(x > 1e-12, -np.expm1(-x) / np.maximum(x, 1e-300), 1.0 - 0.5 * x)
+
+
 class ReferenceGrid(mp._PageGrid):
     """The direct computation (the implementation before ``grid_kernels``)."""
 
     @classmethod
-    def build(cls, stats: IntervalStats) -> ReferenceGrid:
-        aged, aged_days = stats.ages()
-        exposure = stats.unchanged_days + aged_days
-        quiet = stats.n_changed == 0
-        busy = np.flatnonzero(~quiet)
-        loglik = np.zeros((busy.shape[0], GRID.shape[0]))
-        if busy.shape[0]:
-            position = np.full(stats.size, -1)
-            position[busy] = np.arange(busy.shape[0])
-            rows = position[stats.node_page]
-            contrib = stats.node_weight[:, None] * np.log(
-                -np.expm1(-stats.node_days[:, None] * RATE[None, :])
-            )
-            starts = np.flatnonzero(np.r_[True, np.diff(rows) != 0])
-            loglik[rows[starts]] += np.add.reduceat(contrib, starts, axis=0)
-            loglik -= exposure[busy, None] * RATE[None, :]
-            loglik += aged[busy, None] * GRID[None, :]
-        return cls(quiet, exposure, aged, loglik)
+    def build(cls, stats: IntervalStats) -> mp._PageGrid:
+        return cls.of(stats, _reference_busy_loglik)
 
     def log_marginal(self, shape: np.ndarray, rate: np.ndarray) -> np.ndarray:
         k = self.aged
@@ -50,15 +59,18 @@ class ReferenceGrid(mp._PageGrid):
             + special.gammaln(shape + k)
             - special.gammaln(shape)
         )
-        if self.busy_loglik.shape[0]:
+        if self.n_busy:
             busy = ~self.quiet
             a, b = shape[busy], rate[busy]
-            log_post = self.busy_loglik + a[:, None] * GRID - b[:, None] * RATE
+            log_post = self.loglik()[busy] + a[:, None] * GRID - b[:, None] * RATE
             top = log_post.max(axis=1)
             total = np.exp(log_post - top[:, None]).sum(axis=1)
             norm = a * np.log(b) - special.gammaln(a) + np.log(STEP)
             out[busy] = np.log(total) + top + norm
         return np.asarray(out)
+
+    def log_marginal_rows(self, rows: grid_kernels.GammaRows, codes: np.ndarray) -> np.ndarray:
+        return self.log_marginal(rows.shape[codes], rows.rate[codes])
 
     def histogram_posterior(self, prior: np.ndarray) -> tuple[np.ndarray, ...]:
         log_post = self.loglik() + np.log(prior)[None, :]
@@ -68,6 +80,30 @@ class ReferenceGrid(mp._PageGrid):
         mean = (weight @ GRID) / total
         var = (weight @ (GRID**2)) / total - mean**2
         return np.log(total) + top[:, 0], mean, np.sqrt(np.maximum(var, 0.0))
+
+    def posterior(
+        self,
+        rows: grid_kernels.GammaRows,
+        codes: np.ndarray,
+        level_prior: np.ndarray,
+        interval: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, grid_kernels.GridPosterior]:
+        log_group = self.log_marginal_rows(rows, codes)
+        log_odd, mean, sd = self.histogram_posterior(level_prior)
+        busy = ~self.quiet
+        gamma_share = odd_share = None
+        if interval is not None:
+            loglik = self.loglik()[busy]
+            a, b = rows.shape[codes[busy]], rows.rate[codes[busy]]
+            s = _direct_share(interval[:, None] * RATE)
+            post = np.exp(loglik + a[:, None] * GRID - b[:, None] * RATE)
+            gamma_share = (post * s).sum(axis=1) / post.sum(axis=1)
+            post = np.exp(loglik - loglik.max(axis=1, keepdims=True)) * level_prior
+            odd_share = (post * s).sum(axis=1) / post.sum(axis=1)
+        kernel = grid_kernels.GridPosterior(
+            log_group[busy], log_odd[busy], mean[busy], sd[busy], gamma_share, odd_share
+        )
+        return log_group, log_odd, mean, sd, kernel
 
 
 def test_changed_loglik_within_its_bound() -> None:
@@ -111,6 +147,47 @@ def test_gamma_marginal_and_histogram_match_direct_sums() -> None:
     w = np.exp(lp - t)
     np.testing.assert_allclose(log_z, np.log(w.sum(1)) + t[:, 0], rtol=1e-12, atol=1e-11)
     np.testing.assert_allclose(mean, (w @ GRID) / w.sum(1), rtol=1e-12, atol=1e-11)
+
+
+def test_one_pass_posterior_matches_the_separate_kernels() -> None:
+    """``grid_posterior`` is ``gamma_rows_log_marginal``, ``histogram_moments`` and both
+    parts of ``posterior_fresh_share`` in one pass: the same dot products, so the same
+    numbers up to rounding (the sums' order may differ: 1e-13 relative)."""
+    rng = np.random.default_rng(6)
+    n = 3_000
+    loglik = rng.normal(0, 3, (n, GRID.shape[0])).cumsum(axis=1) / 5 - 0.5 * RATE
+    which = rng.integers(0, 40, n)
+    rows = grid_kernels.GammaRows.of(
+        rng.uniform(0.1, 20, 40), np.exp(rng.uniform(-3, 12, 40)), GRID
+    )
+    loglik[:5] = 60 * GRID  # far from their Gamma (rate up to e^12): summed directly
+    interval = np.exp(rng.uniform(-3, 5, n))
+    prior = rng.dirichlet(np.ones(GRID.shape[0]))
+    top, weights = grid_kernels.grid_weights(loglik)
+    got = grid_kernels.grid_posterior(
+        weights, top, lambda at: loglik[at], rows, which, prior, GRID, interval
+    )
+    marginal = grid_kernels.gamma_rows_log_marginal(
+        weights, top, rows, which, GRID, lambda at: loglik[at]
+    )
+    assert (~(np.einsum("ij,ij->i", weights, rows.factors[which]) > 1e-280)).sum() >= 1
+    np.testing.assert_allclose(got.log_gamma, marginal, rtol=1e-13)
+    log_z, mean, sd = grid_kernels.histogram_moments(weights, top, prior, GRID)
+    np.testing.assert_allclose(got.log_odd, log_z, rtol=1e-13)
+    np.testing.assert_allclose(got.mean_log, mean, rtol=1e-13)
+    np.testing.assert_allclose(got.sd_log, sd, rtol=1e-12)
+    a, b = rows.shape[which], rows.rate[which]
+    assert got.gamma_share is not None and got.odd_share is not None
+    for p_odd, part in ((0.0, got.gamma_share), (1.0, got.odd_share)):
+        want = grid_kernels.posterior_fresh_share(
+            loglik, a, b, prior, np.full(n, p_odd), interval, GRID
+        )
+        np.testing.assert_allclose(part, want, rtol=1e-13)
+    without = grid_kernels.grid_posterior(
+        weights, top, lambda at: loglik[at], rows, which, prior, GRID
+    )
+    assert without.gamma_share is None and without.odd_share is None
+    np.testing.assert_array_equal(without.log_gamma, got.log_gamma)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
