@@ -187,6 +187,7 @@ class _LocalSolver:
         self.slot_of_host = np.zeros(problem.host_capacity.shape[0], dtype=np.int32)
         self.slot_of_host[self.cand_hosts] = np.arange(1, self.cand_hosts.shape[0] + 1)
         self.slot = self.slot_of_host[pages.host]
+        self.held = np.flatnonzero(self.slot)  # the candidate hosts' pages, in order
         self.cap = np.concatenate([[np.inf], problem.host_capacity[self.cand_hosts]])
         # the candidate hosts' pages with their slots, in parts (see candidate_parts)
         self._candidates: list[tuple[Pages, SlotArray]] = []
@@ -199,7 +200,7 @@ class _LocalSolver:
         """The candidate hosts' pages and their slots: gathered in one sweep (in page
         order), and the pages of hosts promoted later as parts of their own."""
         if not self._candidates:
-            index = np.flatnonzero(self.slot > 0)
+            index = self.held
             self._candidates = [(self.pages.subset(index), self.slot[index])]
         return self._candidates
 
@@ -424,7 +425,8 @@ class _LocalSolver:
         if slot is None:
             slot = self.slot if pages.index is None else self.slot[pages.index]
         single = self._single(c)
-        done = expand(pages, slot, c, self.slots, self.p.host_capacity.shape[0], single)
+        held = self.held if full else None
+        done = expand(pages, slot, c, self.slots, self.p.host_capacity.shape[0], single, held)
         if not full:
             assert pages.index is not None
             done.boundary = pages.index[done.boundary]
@@ -461,6 +463,7 @@ class _LocalSolver:
         boundary = boundary[~promoted[pg.host[boundary]]]
         self.slot_of_host[new] = np.arange(first, first + k)
         self.slot[moved] = self.slot_of_host[pg.host[moved]]
+        self.held = np.insert(self.held, np.searchsorted(self.held, moved), moved)
         self.cand_hosts = np.concatenate([self.cand_hosts, new])
         self.cap = np.concatenate([self.cap, p.host_capacity[new]])
         if self._candidates:  # a part of their own: the others are not gathered again

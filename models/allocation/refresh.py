@@ -39,6 +39,9 @@ T = TypeVar("T")
 _RATIO = 0.35  # smooth: the second-order term stays below this share of the first in the box
 PAGE_TOLERANCE = 1e-12  # relative error a page's expansion may have at the answer
 BLOCK_PAGES = 1 << 15  # pages per block of a refresh: its temporaries stay in L2 cache
+#: Pages per group of blocks: the unit the per-host sums are taken over (one bincount a
+#: group, not a block: each costs a pass over every host) and the unit of threads.
+GROUP_PAGES = 1 << 18
 #: Threads a refresh or evaluation runs its blocks in. One: a block is ~60 numpy calls on
 #: 32k pages, each releasing and taking back the GIL, and two threads handing it over
 #: cost ~40% more CPU for the same pass (10 M pages, 2 cores: an expansion 1.35 s CPU in
@@ -122,6 +125,7 @@ def expand(
     slots: int,
     n_hosts: int,
     single: bool = False,
+    held: IntArray | None = None,
 ) -> Refresh:
     """Expand ``pages`` around their slots' centres: one pass, in parallel blocks.
 
@@ -131,6 +135,8 @@ def expand(
     With ``single`` (wide boxes only: never a final one) the pages are read in float32
     (see :meth:`~models.allocation.table.PhiInverse.raw_expansion`): the answer then only
     has to land in the next box. Blocks of ``BLOCK_PAGES`` keep the temporaries in cache.
+    ``held`` (a full refresh's option): the pages whose slot is not 0, in order; slot 0's
+    pages then take slot 0's centre as scalars, without a lookup per page.
     """
     n = pages.size
     full = pages.index is None
@@ -142,18 +148,43 @@ def expand(
     same = bool(np.all(c.mu == c.mu[0]) and np.all(c.mu_reach == c.mu_reach[0]))
     mu, mu_reach = float(c.mu[0]), float(c.mu_reach[0])
     inverse = pages.inverse
+    # slot 0 at nu = 0 with nothing to follow (as always): its pages' m and reach are
+    # cost x mu and cost x mu's reach, the same floats as through the lookups
+    scalar = held is not None and full and same and slots > 1
+    scalar = scalar and not (c.nu[0] or c.follow[0] or c.nu_reach[0])
+    if scalar:
+        assert held is not None and GROUP_PAGES % BLOCK_PAGES == 0
+        held_slot = slot.take(held)
+        ends = np.searchsorted(held, np.arange(0, n + BLOCK_PAGES, BLOCK_PAGES))
 
-    def run(lo: int) -> tuple[FloatArray, IntArray]:
+    def run(lo: int, out: NDArray[np.floating[Any]]) -> tuple[FloatArray, IntArray]:
         part = slice(lo, min(lo + BLOCK_PAGES, n))
         cost, s, scale = pages.cost[part], slot[part], pages.scale[part]
-        m0 = cost * mu if same else c.mu[s] * cost
-        if slots > 1:
+        mine: tuple[IntArray, SlotArray, FloatArray] | None = None
+        if scalar:
+            assert held is not None
+            block = lo // BLOCK_PAGES
+            a, b = int(ends[block]), int(ends[block + 1])
+            rows, own = held[a:b] - lo, held_slot[a:b]
+            own_cost = cost.take(rows)
+            m0 = cost * mu
+            dm = cost * mu_reach
+            m0[rows] = own_cost * mu + c.nu.take(own)
+            reach = own_cost + c.follow.take(own)  # the box is sheared along nu's follow
+            np.abs(reach, out=reach)
+            reach *= mu_reach
+            reach += c.nu_reach.take(own)
+            dm[rows] = reach
+            mine = rows, own, own_cost
+        elif slots > 1:
+            m0 = cost * mu if same else c.mu[s] * cost
             m0 += c.nu.take(s)
             dm = cost + c.follow.take(s)  # the box is sheared along nu's follow
             np.abs(dm, out=dm)
             dm *= mu_reach if same else c.mu_reach[s]
             dm += c.nu_reach.take(s)
         else:
+            m0 = cost * mu if same else c.mu[s] * cost
             dm = cost * mu_reach
         t = m0
         t *= scale
@@ -164,7 +195,8 @@ def expand(
             f_min, f_max = f_min.astype(dtype), f_max.astype(dtype)
             dm = dm.astype(dtype)
         raw, r1, r2 = inverse.raw_expansion(t, rate, scale, dtype=dtype)
-        f = np.fmax(raw, f_min)  # NaN (0 x inf: nothing to gain) -> f_min
+        f = out[: raw.shape[0]]
+        np.fmax(raw, f_min, out=f)  # NaN (0 x inf: nothing to gain) -> f_min
         np.fmin(f, f_max, out=f)
         inside = inside_bounds(raw, r1, f_min, f_max)
         boundary = _boundary(inverse, raw, r1, r2, t, dm, dt, f_min, f_max)
@@ -180,18 +212,30 @@ def expand(
                 risk *= dm
                 risk *= dm
                 boundary |= inside & ~(risk <= PAGE_TOLERANCE * f)
-        loads.add(pages.host[part], f)
-        # the sums are over smooth pages: boundary pages' terms go (they are exact)
+        # the sums are over smooth pages: boundary pages' terms go (they are exact); the
+        # loads take every page's f, from ``out``, once the group's blocks are done
         smooth = (~boundary).astype(dtype)
-        for values in (f, r1, r2, kappa):
+        f = f * smooth
+        for values in (r1, r2, kappa):
             values *= smooth
         if full:
-            moments = moments_of(s, cost.astype(dtype, copy=False), f, r1, r2, kappa, slots)
+            cost_d = cost.astype(dtype, copy=False)
+            moments = moments_of(s, cost_d, f, r1, r2, kappa, slots, mine)
         else:
             moments = slot_moments(s, cost, f, r1, r2, kappa, slots)
         return moments, np.flatnonzero(boundary) + lo
 
-    parts = chunked(run, n, BLOCK_PAGES, PASS_THREADS)
+    def run_group(lo: int) -> list[tuple[FloatArray, IntArray]]:
+        hi = min(lo + GROUP_PAGES, n)
+        f = np.empty(min(BLOCK_PAGES, hi - lo), dtype=dtype)
+        if not full:
+            return [run(b, f) for b in range(lo, hi, BLOCK_PAGES)]
+        group = np.empty(hi - lo, dtype=dtype)
+        done = [run(b, group[b - lo :]) for b in range(lo, hi, BLOCK_PAGES)]
+        loads.add(pages.host[lo:hi], group)
+        return done
+
+    parts = [part for group in chunked(run_group, n, GROUP_PAGES, PASS_THREADS) for part in group]
     sums = np.sum([m for m, _ in parts], axis=0)
     boundary = np.concatenate([b for _, b in parts])
     return Refresh(sums, boundary, loads.total() if full else None)
@@ -226,13 +270,18 @@ def evaluate(
         out = f[part]
         np.fmax(raw, pages.f_min[part], out=out)  # NaN (0 x inf: nothing to gain) -> f_min
         np.fmin(out, pages.f_max[part], out=out)
-        loads.add(pages.host[part], out)
         spend = float(np.einsum("i,i->", cost, out))
         if weights is None:
             return spend, 0.0, 0.0
         return spend, *weighted_sums(inverse.objective, rate, weights[part], out)
 
-    parts = chunked(run, n, BLOCK_PAGES, PASS_THREADS)
+    def run_group(lo: int) -> list[tuple[float, float, float]]:
+        hi = min(lo + GROUP_PAGES, n)
+        done = [run(b) for b in range(lo, hi, BLOCK_PAGES)]
+        loads.add(pages.host[lo:hi], f[lo:hi])
+        return done
+
+    parts = [part for group in chunked(run_group, n, GROUP_PAGES, PASS_THREADS) for part in group]
     spend = math.fsum(a for a, _, _ in parts)
     values = None
     if weights is not None:
@@ -319,18 +368,24 @@ def moments_of(
     d2: NDArray[np.floating[Any]],
     kappa: NDArray[np.floating[Any]],
     slots: int,
+    mine: tuple[IntArray, SlotArray, FloatArray] | None = None,
 ) -> FloatArray:
     """Sums per slot of f {1, c}, f' {1, c, c^2}, f''/2 {1, ..., c^3}, kappa {1, ..., c^4}.
 
     Slot 0 (hosts held at 0: no nu to move) needs only its spend's rows, 1, 4, 8 and 13:
     dot products over all pages less the candidates' share. The candidates' terms are
-    summed in float64 whatever the pages' dtype.
+    summed in float64 whatever the pages' dtype. ``mine``, when known: the candidates'
+    positions, slots and (float64) costs.
     """
-    held = np.flatnonzero(slot)
+    if mine is None:
+        held = np.flatnonzero(slot)
+        held_slot, c_held = slot[held], np.asarray(c[held], dtype=np.float64)
+    else:
+        held, held_slot, own_cost = mine
+        c_held = np.asarray(own_cost.astype(c.dtype, copy=False), dtype=np.float64)
     if held.size:
-        c_held = np.asarray(c[held], dtype=np.float64)
         pages = (f[held], d1[held], d2[held], kappa[held])
-        out = slot_moments(slot[held], c_held, *pages, slots)
+        out = slot_moments(held_slot, c_held, *pages, slots)
     else:
         out = np.zeros((MOMENTS, slots))
     weight = c.copy()

@@ -207,9 +207,19 @@ class PhiInverse:
         d1: NDArray[Any],
         d2: NDArray[Any],
     ) -> tuple[NDArray[Any], NDArray[Any], NDArray[Any]]:
-        """Pages on the ramp below phi's limit: f linear in m (computed ones are empty)."""
+        """Pages on the ramp below phi's limit: f linear in m (computed ones are empty).
+
+        Pages at or past the limit (given up: f, f' and f'' all 0) are many and are
+        written by masks; the few strictly on the ramp one by one.
+        """
         if self.bounded and t.size and float(np.max(t)) > self.edge:
-            ramp = np.flatnonzero(t > self.edge)
+            gone = t >= self.limit
+            for values in (raw, d1, d2):
+                if values.size:
+                    np.copyto(values, 0.0, where=gone)
+            on = t > self.edge
+            on ^= gone  # the limit is above the edge: past it is past the edge
+            ramp = np.flatnonzero(on)
             width = self.limit - self.edge
             share = np.clip((self.limit - t[ramp]) / width, 0.0, 1.0)
             top = rate[ramp] / self.edge_r

@@ -22,6 +22,13 @@ from models.estimation.synthetic import allocation_web
 LOAD_RTOL = 1e-10  # n eps with n < 1e4 pages a host (see the module docstring)
 
 
+@pytest.fixture(autouse=True)
+def small_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups of two blocks: the pages below make three groups and a bit, so two threads
+    split them and every group's per-host sums are added in the end."""
+    monkeypatch.setattr(refresh, "GROUP_PAGES", 2 * BLOCK_PAGES)
+
+
 @pytest.fixture(scope="module")
 def pages():
     web = allocation_web(6 * BLOCK_PAGES + 123, 300, seed=4)
