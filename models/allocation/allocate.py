@@ -34,6 +34,7 @@ from models.allocation.freshness import FRESHNESS, Objective
 from models.allocation.local import DIRECT_PAGES, solve_local
 from models.allocation.problem import AllocationInputError, AllocationProblem
 from models.allocation.solver import (
+    floor_cost,
     free_spend,
     page_scale,
     solve_direct,
@@ -115,9 +116,9 @@ def solve(problem: AllocationProblem) -> Allocation:
     """
     p = problem
     scale = page_scale(p)
-    floor_cost = float(np.sum(p.costs * p.min_frequency))
     big = p.size > DIRECT_PAGES
-    if big and free_spend(p, scale) > p.budget * (1 + 1e-12) and p.budget > floor_cost * 1.001:
+    binds = big and free_spend(p, scale) > p.budget * (1 + 1e-12)
+    if binds and p.budget > floor_cost(p) * 1.001:
         solution = solve_local(p, scale)
     else:
         solution = solve_direct(p, scale)
