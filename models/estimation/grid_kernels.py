@@ -138,6 +138,12 @@ class _GridRows:
         out += self.values[at]
         return out
 
+    def rows_into(self, part: IntArray, out: FloatArray) -> None:
+        """``rows(part)`` written into ``out`` (C-contiguous, one row per ``t``)."""
+        at = self.base[part]
+        np.multiply(self.diffs[at], self.alpha[part, None], out=out)
+        out += self.values[at]
+
 
 def changed_loglik(
     rows: IntArray, days: FloatArray, weight: FloatArray, n_rows: int, grid: FloatArray
@@ -147,9 +153,8 @@ def changed_loglik(
     ``rows`` (node -> output row) need not be sorted; ``grid`` is an evenly spaced log-rate
     grid. Off by at most ``changed_loglik_error(grid)`` per unit of weight.
     """
-    out = np.zeros((n_rows, grid.shape[0]))
     if rows.shape[0] == 0:
-        return out
+        return np.zeros((n_rows, grid.shape[0]))
     table = _GridRows.of(np.log(np.maximum(days, 1e-300)), grid, "changed")
     # nodes of one page are added rank by rank, so each rank's rows are distinct (the
     # first rank is written, not added: its rows are distinct and the table starts at 0)
@@ -159,10 +164,18 @@ def changed_loglik(
     first = np.r_[True, sorted_rows[1:] != sorted_rows[:-1]]
     start_of = np.maximum.accumulate(np.where(first, np.arange(first.shape[0]), 0))
     rank = np.arange(first.shape[0]) - start_of
+    # every row has a node and the nodes come row by row (a _PageGrid's busy pages): the
+    # first rank's rows are 0 .. n_rows - 1 in order, written in place, block by block
+    covered = ordered and int(first.sum()) == n_rows and int(sorted_rows[-1]) == n_rows - 1
+    out = np.empty((n_rows, grid.shape[0])) if covered else np.zeros((n_rows, grid.shape[0]))
     for r in range(int(rank.max()) + 1):
         nodes = order[rank == r]
         for lo in range(0, nodes.shape[0], _BLOCK):
             part = nodes[lo : lo + _BLOCK]
+            if r == 0 and covered:
+                table.rows_into(part, out[lo : lo + part.shape[0]])
+                out[lo : lo + part.shape[0]] *= weight[part, None]
+                continue
             contrib = table.rows(part)
             contrib *= weight[part, None]
             if r == 0:

@@ -370,6 +370,10 @@ def fit_mixture_prior(
         regular = 1.0 - _odd(start, pages, codes)
     prior = start
     sampled = sample.shape[0] < observed.shape[0]
+    # the loss's Gamma rows: one per group with a busy sampled page (``busy_row``: each
+    # busy page's); the quiet pages' marginals are in closed form
+    busy_groups, busy_row = np.unique(codes[~pages.quiet], return_inverse=True)
+    busy_row = busy_row.reshape(-1)
     for step in range(iterations):
         if sampled and prior is not None and step == iterations - 1:
             # the last round pools each group's level over all its observed pages
@@ -391,8 +395,11 @@ def fit_mixture_prior(
             spread: FloatArray = log_var,
         ) -> float:
             a, b = group_gamma_parameters(float(np.exp(log_shape)), centre, spread)
-            rows = grid_kernels.GammaRows.of(a, b, _GRID)
-            return -float(np.dot(w, pages.log_marginal_rows(rows, codes)))
+            # grid rows only for the groups of busy sampled pages (the others' marginals
+            # are in closed form): each row is the same, built alone or with all groups
+            rows = grid_kernels.GammaRows.of(a[busy_groups], b[busy_groups], _GRID)
+            marginal = pages.log_marginal_of(a[codes], b[codes], rows, busy_row)
+            return -float(np.dot(w, marginal))
 
         best = optimize.minimize_scalar(
             loss, bounds=(np.log(0.05), np.log(50.0)), method="bounded", options={"xatol": 0.05}
@@ -666,13 +673,23 @@ class _PageGrid:
     def log_marginal_rows(self, rows: grid_kernels.GammaRows, codes: IntArray) -> FloatArray:
         """``log_marginal`` with each page's Gamma the row ``codes`` of ``rows`` (its group's):
         the same numbers, the factors built once per prior instead of once per call."""
-        shape, rate = rows.shape[codes], rows.rate[codes]
+        return self.log_marginal_of(rows.shape[codes], rows.rate[codes], rows, codes[~self.quiet])
+
+    def log_marginal_of(
+        self,
+        shape: FloatArray,
+        rate: FloatArray,
+        rows: grid_kernels.GammaRows,
+        busy_rows: IntArray,
+    ) -> FloatArray:
+        """``log_marginal(shape, rate)`` with each busy page's Gamma (its ``shape``, ``rate``)
+        given as its row ``busy_rows`` of ``rows``."""
         out = self._quiet_log_marginal(shape, rate)
         if self.n_busy:
             busy = ~self.quiet
             top, weights = self.busy_weights
             out[busy] = grid_kernels.gamma_rows_log_marginal(
-                weights, top, rows, codes[busy], _GRID, self.busy_rows_loglik
+                weights, top, rows, busy_rows, _GRID, self.busy_rows_loglik
             ) + grid_kernels.gamma_normalization(shape[busy], rate[busy], _STEP)
         return out
 
@@ -719,8 +736,14 @@ class _PageGrid:
         ``odd``, ``interval``: per page of the grid (its group, odd probability, mean
         observed interval). Their likelihoods' weights are made block by block."""
 
+        plain = not self.aged[calm].any()
+
         def loglik_of(at: IntArray) -> FloatArray:
             pages = calm[at]
+            if plain:  # no age: 0 * g - E r, written without the zeros
+                out = np.multiply.outer(self.exposure[pages], _RATE)
+                np.negative(out, out=out)
+                return out
             out = self.aged[pages, None] * _GRID[None, :]
             out -= self.exposure[pages, None] * _RATE
             return out

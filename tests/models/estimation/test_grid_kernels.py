@@ -246,3 +246,18 @@ def test_mixture_estimates_match_the_direct_implementation(
     np.testing.assert_allclose(new.log_std, old.log_std, rtol=1e-6)
     assert new_prior.shape == pytest.approx(old_prior.shape, rel=1e-6)
     assert new_prior.odd_share == pytest.approx(old_prior.odd_share, rel=1e-6)
+
+
+def test_changed_loglik_writes_in_place_the_same_numbers() -> None:
+    """Nodes row by row, every row with one (a page grid's busy pages): the first rank is
+    written in place; the same numbers as the general path (the nodes shuffled)."""
+    rng = np.random.default_rng(8)
+    n_rows = 3_000
+    rows = np.sort(np.r_[np.arange(n_rows), rng.integers(0, n_rows, 2_000)])
+    days = np.exp(rng.uniform(np.log(1e-3), np.log(300.0), rows.shape[0]))
+    weight = rng.uniform(0.0, 10.0, rows.shape[0])
+    got = grid_kernels.changed_loglik(rows, days, weight, n_rows, GRID)
+    # rows in a random order, each row's nodes in theirs (the sums' order is kept)
+    shuffle = np.lexsort((np.arange(rows.shape[0]), rng.permutation(n_rows)[rows]))
+    want = grid_kernels.changed_loglik(rows[shuffle], days[shuffle], weight[shuffle], n_rows, GRID)
+    np.testing.assert_array_equal(got, want)
