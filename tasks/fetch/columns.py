@@ -30,16 +30,20 @@ _INT32_MAX = 2**31 - 1
 
 def _validity(values: Sequence[object]) -> tuple[pa.Buffer | None, np.ndarray | None]:
     """The null bitmap of ``values`` (None when nothing is null) and the validity mask."""
-    valid = np.fromiter((v is not None for v in values), dtype=np.bool_, count=len(values))
-    if valid.all():
+    if None not in values:  # a scan in C; most columns of a batch have no null
         return None, None
+    valid = np.fromiter((v is not None for v in values), dtype=np.bool_, count=len(values))
     return pa.py_buffer(np.packbits(valid, bitorder="little")), valid
 
 
 def int_column(values: Sequence[int | None], arrow_type: pa.DataType) -> pa.Array:
     """An integer column (int16, int32 or int64)."""
     bitmap, _ = _validity(values)
-    wide = np.fromiter((0 if v is None else v for v in values), dtype=np.int64, count=len(values))
+    if bitmap is None and isinstance(values, list):  # no null: numpy converts the list in C
+        wide = np.array(values, dtype=np.int64)
+    else:
+        filled = (0 if v is None else v for v in values)
+        wide = np.fromiter(filled, dtype=np.int64, count=len(values))
     dtype, low, high = _INT_TYPES[arrow_type]
     if dtype is not np.int64 and wide.size and (wide.min() < low or wide.max() > high):
         raise OverflowError(f"value out of range for {arrow_type}")
@@ -50,9 +54,11 @@ def int_column(values: Sequence[int | None], arrow_type: pa.DataType) -> pa.Arra
 def float_column(values: Sequence[float | None]) -> pa.Array:
     """A float64 column."""
     bitmap, _ = _validity(values)
-    data = np.fromiter(
-        (0.0 if v is None else v for v in values), dtype=np.float64, count=len(values)
-    )
+    if bitmap is None and isinstance(values, list):
+        data = np.array(values, dtype=np.float64)
+    else:
+        filled = (0.0 if v is None else v for v in values)
+        data = np.fromiter(filled, dtype=np.float64, count=len(values))
     return pa.Array.from_buffers(pa.float64(), len(values), [bitmap, pa.py_buffer(data)])
 
 
@@ -67,7 +73,7 @@ def bool_column(values: Sequence[bool | None]) -> pa.Array:
 def string_column(values: Sequence[str | None]) -> pa.Array:
     """A UTF-8 string column."""
     encoded = [b"" if v is None else v.encode("utf-8") for v in values]
-    lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     if offsets[-1] > _INT32_MAX:  # more than a string column holds in one chunk
