@@ -58,6 +58,9 @@ class SandboxServer:
         self._listeners: list[asyncio.Server] = []
         self._connections: set[_Connection] = set()
         self._pending: set[_HostExchange] = set()
+        self._held: list[_HostExchange] = []  # requests received while holding, unanswered
+        self._holding = False
+        self._hold_robots = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
@@ -99,8 +102,34 @@ class SandboxServer:
     def gateway_url(self) -> str:
         return f"http://{GATEWAY_ADDRESS}:{self.port}"
 
+    def hold(self, *, robots: bool = False) -> None:
+        """Receive host requests from now on but answer none of them until :meth:`release`
+        (a test's way to catch a client mid-batch without racing it). robots.txt is still
+        answered unless ``robots``: a client would give its host up instead of waiting."""
+        self._hold_robots = robots
+        self._holding = True
+
+    def release(self) -> None:
+        """Answer the held requests (each after its usual delay) and stop holding. Runs on
+        the server's loop, so it may be called from any thread."""
+        if self._loop is None:
+            self._holding = False
+            return
+        self._loop.call_soon_threadsafe(self._release)
+
+    def _release(self) -> None:
+        self._holding = False
+        held, self._held = self._held, []
+        for exchange in held:
+            exchange.begin()
+
+    @property
+    def n_held(self) -> int:
+        return len(self._held)
+
     async def close(self) -> None:
         """Stop listening, cancel delayed replies, drop every connection."""
+        self._held.clear()
         for exchange in list(self._pending):
             exchange.cancel()
         for connection in list(self._connections):
@@ -216,7 +245,15 @@ class _HostExchange:
         self.reply: Reply | None = None
 
     def start(self) -> bool:
-        """Compute the reply; send it now (True) or schedule it after its delay (False)."""
+        """Compute the reply; send it now (True) or later (False: after its delay, or once
+        the server stops holding)."""
+        server = self.server
+        if server._holding and (server._hold_robots or self.request.target != "/robots.txt"):
+            server._held.append(self)
+            return False
+        return self.begin()
+
+    def begin(self) -> bool:
         server = self.server
         assert server.responder is not None
         state = server.responder.states[self.i]
@@ -243,7 +280,11 @@ class _HostExchange:
         self.on_reply(self.reply)
 
     def abort(self) -> None:
-        """The client went away: stop waiting, log status 499."""
+        """The client went away: stop waiting, log status 499 (nothing for a held request,
+        which the host never saw)."""
+        if self in self.server._held:
+            self.server._held.remove(self)
+            return
         if self.handle is None:
             return
         self.cancel()
@@ -379,6 +420,18 @@ class RunningSandbox:
         """Every page URL of host ``i``, or of all hosts (host by host)."""
         hosts = range(self.web.n_hosts) if i is None else [i]
         return [self.base_url(h) + path for h in hosts for path in self.web.page_paths(h)]
+
+    def hold(self, *, robots: bool = False) -> None:
+        """Leave host requests unanswered until :meth:`release` (see
+        :meth:`SandboxServer.hold`); :attr:`n_held` counts the requests waiting."""
+        self._server.hold(robots=robots)
+
+    def release(self) -> None:
+        self._server.release()
+
+    @property
+    def n_held(self) -> int:
+        return self._server.n_held
 
     def listing_urls(self, i: int | None = None) -> list[str]:
         """Every category page URL of host ``i``, or of all hosts (none without listings)."""

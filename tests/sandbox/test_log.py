@@ -83,3 +83,39 @@ def test_malformed_requests_get_400_and_the_connection_closes(clock):
             assert reply.startswith(b"HTTP/1.1 400 ")
             assert sock.recv(65536) == b""  # closed
         assert running.log.entries() == []  # never reached the host
+
+
+def test_held_requests_are_answered_only_once_released(clock):
+    """hold() lets a test catch a client mid-request without racing it: requests arrive and
+    wait (counted by n_held, not logged) until release(); a client gone meanwhile is dropped."""
+    import threading
+    import time
+
+    web = SandboxWeb.generate(hosts=2, pages_per_host=4, clock=clock)
+    with serve_sandbox(web) as running:
+        running.hold()
+        statuses: list[int] = []
+        urls = running.page_urls(0)[:3]
+        client = threading.Thread(target=lambda: statuses.extend(asyncio.run(_get_all(urls))))
+        client.start()
+        deadline = time.monotonic() + 60
+        while running.n_held < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert running.n_held == 3
+        assert statuses == [] and len(running.log) == 0  # nothing answered while held
+        with httpx.Client() as robots:  # robots.txt is answered, unless hold(robots=True)
+            assert robots.get(running.base_url(1) + "/robots.txt").status_code in (200, 404)
+        assert len(running.log) == 1
+        with socket.create_connection((running.host(1).split(":")[0], running.port)) as sock:
+            sock.sendall(b"GET /p/0 HTTP/1.1\r\nHost: x\r\n\r\n")
+            while running.n_held < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        while running.n_held > 3 and time.monotonic() < deadline:  # the client went away
+            time.sleep(0.01)
+        assert running.n_held == 3
+        running.release()
+        client.join(60)
+        assert statuses == [200] * 3 and running.n_held == 0
+        assert sorted(e.path for e in running.log.entries()[1:]) == sorted(
+            u.split(str(running.port))[1] for u in urls
+        )

@@ -47,8 +47,11 @@ from tests.reliability.faults.prefect_server import PrefectServer
 pytestmark = pytest.mark.reliability
 
 BUDGET = 16
-#: Slow enough pacing that a batch (4 pages of one host) takes about a second.
-FETCH = sandbox_fetch({**FAST_FETCH, "min_delay_s": 0.3, "max_delay_s": 0.3})
+#: Slow enough pacing that a batch (4 pages of one host) takes about a second; pages wait
+#: for an answer longer than a test holds them (``_held_flow``), however loaded the machine.
+FETCH = sandbox_fetch(
+    {**FAST_FETCH, "min_delay_s": 0.3, "max_delay_s": 0.3, "request_timeout_s": 120.0}
+)
 #: The client gives up on an unreachable server after one retry (2 s) instead of five (62 s).
 CLIENT = {"PREFECT_CLIENT_MAX_RETRIES": "1"}
 
@@ -110,22 +113,33 @@ def _parts(root: Path, cycle: int) -> int:
     return len(list((work_dir(root, cycle) / "parts").glob("*.parquet")))
 
 
+def _held_flow(
+    root: Path, cycle: int, at: datetime, env: dict[str, str], running: RunningSandbox
+) -> FlowProcess:
+    """A flow run whose page requests the sandbox holds unanswered (robots.txt answered)
+    until the test releases them: the run cannot finish its batches before the fault, however
+    fast or slow the machine (a run that fetched its 16 pages before the test saw a slot
+    once ended before the fault on CI)."""
+    running.hold()
+    return _flow(root, cycle, at, env)
+
+
 def _wait_mid_batch(flow: FlowProcess, server: PrefectServer, running: RunningSandbox) -> None:
-    """Until the flow's fetch tasks hold host slots and fetch pages."""
+    """Until the (held) flow's fetch tasks hold host slots and wait for pages."""
     proc = flow.proc
-    requests = len(running.log)
     _wait(lambda: server.active_slots() or proc.poll() is not None, 180, "a fetch task's slot")
-    _wait(lambda: len(running.log) > requests + 2 or proc.poll() is not None, 60, "fetching")
-    assert proc.poll() is None, "the flow ended before the fault"
+    _wait(lambda: running.n_held > 0 or proc.poll() is not None, 60, "a page request")
+    assert proc.poll() is None, f"the flow ended before the fault: {flow.stderr()[-2000:]}"
 
 
 def _kill_mid_batch(
     flow: FlowProcess, server: PrefectServer, running: RunningSandbox, root: Path
 ) -> None:
-    """SIGKILL the flow process while its fetch tasks hold host slots and fetch pages."""
+    """SIGKILL the flow process while its fetch tasks hold host slots and wait for pages."""
     _wait_mid_batch(flow, server, running)
     os.kill(flow.proc.pid, signal.SIGKILL)
     flow.proc.communicate()
+    running.release()
     cycle = max(int(p.name.split("=")[1]) for p in (root / "_work").glob("cycle=*"))
     batches = len(read_batches(root, cycle))
     assert _parts(root, cycle) < batches, "killed after every batch was written"
@@ -167,10 +181,11 @@ def test_the_server_killed_mid_cycle_then_a_rerun_repairs_and_commits(tmp_path, 
     before = snapshot(root)
     env = server.client_env(**CLIENT)
 
-    run_a = _flow(root, 1, at, env)
+    run_a = _held_flow(root, 1, at, env, web)
     _wait_mid_batch(run_a, server, web)
     server.kill()
     killed_at = time.monotonic()
+    web.release()  # A fetches on and fails on the dead server
     out = run_a.reported()
     failed_in = time.monotonic() - killed_at
     assert "error" in out, run_a.stderr()[-3000:]
@@ -219,7 +234,7 @@ def test_kills_restarts_and_a_paused_server_over_four_cycles(tmp_path, web, serv
 
     # 1. SIGKILL mid-batch, the server stays up: the leases expire, nothing is leaked
     before, at = snapshot(root), _day(web, 1)
-    _kill_mid_batch(_flow(root, 1, at, env), server, web, root)
+    _kill_mid_batch(_held_flow(root, 1, at, env, web), server, web, root)
     held = server.active_slots()
     started = time.monotonic()
     code, summary, err = _flow(root, 1, at, env).result()
@@ -233,7 +248,7 @@ def test_kills_restarts_and_a_paused_server_over_four_cycles(tmp_path, web, serv
 
     # 2. SIGKILL mid-batch, then the server restarts: the leases are lost, the slots leak
     before, at = snapshot(root), _day(web, 2)
-    _kill_mid_batch(_flow(root, 2, at, env), server, web, root)
+    _kill_mid_batch(_held_flow(root, 2, at, env, web), server, web, root)
     held = server.active_slots()
     server.stop()
     server.start()
@@ -251,9 +266,10 @@ def test_kills_restarts_and_a_paused_server_over_four_cycles(tmp_path, web, serv
     before, at = snapshot(root), _day(web, 3)
     # (requests time out after 3 s and are retried; DEBUG logs show the retries)
     slow = server.client_env(PREFECT_API_REQUEST_TIMEOUT="3", PREFECT_LOGGING_LEVEL="DEBUG")
-    run = _flow(root, 3, at, slow)
+    run = _held_flow(root, 3, at, slow, web)
     _wait_mid_batch(run, server, web)
     server.signal(signal.SIGSTOP)
+    web.release()  # the run fetches on while its server is paused
     time.sleep(12)
     server.signal(signal.SIGCONT)
     code, summary, err = run.result()
