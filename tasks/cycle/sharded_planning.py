@@ -1,7 +1,9 @@
 """Plan a cycle over host shards on Dask workers: allocate and select shard by shard.
 
 The pages to plan (one row per page: ``url_id, host, rate, log_std, value, cost,
-days_since_visit``, optionally ``capacity``, the visits per cycle its host allows) are
+days_since_visit``, optionally ``capacity``, the visits per cycle its host allows,
+``change_ratio`` and ``n_intervals``, the intervals observed, for the cold-start
+re-estimation rule) are
 split by a hash of the host into Parquet shards with DuckDB's ``PARTITION_BY``, so every
 page of a host is in one shard. Then, with :mod:`models.allocation.shards`:
 
@@ -126,7 +128,12 @@ def write_shards(
     shards under ``directory`` (``shard=<k>/*.parquet``), with DuckDB's ``PARTITION_BY``
     on a hash of the host; DuckDB spills to ``directory`` past ``memory_limit``."""
     columns = ", ".join(
-        [*PAGE_COLUMNS, "capacity::DOUBLE AS capacity", "change_ratio::DOUBLE AS change_ratio"]
+        [
+            *PAGE_COLUMNS,
+            "capacity::DOUBLE AS capacity",
+            "change_ratio::DOUBLE AS change_ratio",
+            "n_intervals::DOUBLE AS n_intervals",
+        ]
     )
     return partition_by_host(
         source,
@@ -138,6 +145,7 @@ def write_shards(
         defaults={
             "capacity": "NULL::DOUBLE",  # the settings' capacity applies (read_shard)
             "change_ratio": "1.0::DOUBLE",  # no cheap signal (select_batch's change_ratio)
+            "n_intervals": "NULL::DOUBLE",  # not known: no cold-start re-estimation
         },
         memory_limit=memory_limit,
     )
@@ -194,6 +202,9 @@ class ShardPages:
     days_since_visit: NDArray[Any]
     #: each page's likelihood ratio from cheap signals; None where every page's is 1
     change_ratio: NDArray[Any] | None = None
+    #: intervals observed per page (``Candidates.intervals``, the cold-start rule's input);
+    #: None where no page's is known. A page without its count is never cold, nor its host
+    intervals: NDArray[Any] | None = None
 
     @property
     def size(self) -> int:
@@ -217,8 +228,9 @@ def read_shard(folder: Path, host_capacity: float, *, compact: bool = False) -> 
     only the chosen rows need them, read again at the end (:func:`_labels`).
     """
     files = sorted(folder.glob("*.parquet"))
-    signalled = bool(files) and "change_ratio" in pq.read_schema(files[0]).names
-    table = _sorted_table(folder, [*PAGE_COLUMNS, "capacity", *(["change_ratio"] * signalled)])
+    names = pq.read_schema(files[0]).names if files else []
+    optional = [c for c in ("change_ratio", "n_intervals") if c in names]
+    table = _sorted_table(folder, [*PAGE_COLUMNS, "capacity", *optional])
 
     def floats(name: str, fill: float) -> NDArray[Any]:
         column = table[name]
@@ -234,9 +246,12 @@ def read_shard(folder: Path, host_capacity: float, *, compact: bool = False) -> 
     url_id = table["url_id"].to_numpy()
     if compact:
         url_id, host = url_id[:0], host[:0]
-    ratio = floats("change_ratio", 1.0) if signalled else None
+    ratio = floats("change_ratio", 1.0) if "change_ratio" in optional else None
     if ratio is not None and (ratio == 1.0).all():
         ratio = None
+    intervals = None
+    if "n_intervals" in optional and table["n_intervals"].null_count < table.num_rows:
+        intervals = floats("n_intervals", np.inf)  # unknown: never cold (nor its host)
     return ShardPages(
         url_id,
         host,
@@ -248,6 +263,7 @@ def read_shard(folder: Path, host_capacity: float, *, compact: bool = False) -> 
         floats("cost", np.nan),
         floats("days_since_visit", np.nan),
         ratio,
+        intervals,
     )
 
 
@@ -324,6 +340,7 @@ class Resident:
             frequency=self.frequency,
             log_std=_f64(p.log_std),
             days_since_visit=_f64(p.days_since_visit),
+            intervals=None if p.intervals is None else _f64(p.intervals),
         )
         ratio = None if p.change_ratio is None else _f64(p.change_ratio)
         return ShardSelection(candidates, p.capacity, self.offset, self.state, ratio)
@@ -337,8 +354,7 @@ class Resident:
     def nbytes(self) -> int:
         p = self.pages
         arrays = [p.codes, p.capacity, p.rate, p.log_std, p.value, p.cost, p.days_since_visit]
-        if p.change_ratio is not None:
-            arrays.append(p.change_ratio)
+        arrays += [a for a in (p.change_ratio, p.intervals) if a is not None]
         if self.frequency is not None:
             arrays.append(self.frequency)
         if self.state is not None:

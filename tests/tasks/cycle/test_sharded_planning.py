@@ -84,11 +84,14 @@ def single_process_plan(shards: ShardSet, settings: PlanSettings) -> tuple[pd.Da
     cat = {
         k: np.concatenate([getattr(p, k) for p in parts])
         for k in parts[0].__dict__
-        if k != "change_ratio"
+        if k not in ("change_ratio", "intervals")
     }
     # a shard whose pages all have ratio 1 keeps none (read_shard): 1 is "no signal"
     ratios = [np.ones(p.size) if p.change_ratio is None else p.change_ratio for p in parts]
     change_ratio = np.concatenate(ratios) if ratios else None
+    known = [p.intervals is not None for p in parts]
+    assert len(set(known)) == 1  # a column every shard has or none
+    intervals = np.concatenate([p.intervals for p in parts]) if all(known) else None
     shift = np.cumsum([0] + [p.capacity.shape[0] for p in parts[:-1]])
     hosts = np.concatenate([p.codes + s for p, s in zip(parts, shift, strict=True)])
     days = settings.cycle_days
@@ -110,6 +113,7 @@ def single_process_plan(shards: ShardSet, settings: PlanSettings) -> tuple[pd.Da
         allocation.frequencies,
         cat["log_std"],
         cat["days_since_visit"],
+        intervals,
     )
     plan = select_batch(
         candidates,
@@ -132,13 +136,25 @@ def single_process_plan(shards: ShardSet, settings: PlanSettings) -> tuple[pd.Da
 
 
 def check_sharded_plan(
-    client: Any, tmp_path: Path, pages: int, hosts: int, *, signals: bool = False
-) -> None:
+    client: Any,
+    tmp_path: Path,
+    pages: int,
+    hosts: int,
+    *,
+    signals: bool = False,
+    intervals: bool = False,
+) -> pd.DataFrame:
     """Plan on the workers and in one process; the same batch, the same frequencies.
 
     ``signals``: a third of the hosts carry cheap change signals (``change_ratio``), which
-    reorder their revisits after the takes, shard by shard as in one process."""
+    reorder their revisits after the takes, shard by shard as in one process.
+    ``intervals``: pages carry their observed intervals (``n_intervals``), a quarter of the
+    hosts cold (none observed), so the cold-start re-estimation rule takes pages."""
     frame = pages_table(pages, hosts, seed=3)
+    if intervals:
+        rng = np.random.default_rng(11)
+        cold = np.isin(frame["host"], [f"host-{h}" for h in range(0, hosts, 4)])
+        frame["n_intervals"] = np.where(cold, 0, rng.integers(0, 20, len(frame)))
     if signals:
         rng = np.random.default_rng(9)
         signalling = rng.random(len(frame)) < 1 / 3
@@ -171,6 +187,7 @@ def check_sharded_plan(
         plan["frequency"], single["frequency"], rtol=1e-9, atol=2 * TOLERANCE * 40
     )
     assert result.spent <= budget * (1 + 1e-12)
+    return plan
 
 
 def test_sharded_plan_on_dask_equals_the_single_process_plan(client: Any, tmp_path: Path) -> None:
@@ -181,6 +198,19 @@ def test_sharded_plan_with_change_signals_equals_the_single_process_plan(
     client: Any, tmp_path: Path
 ) -> None:
     check_sharded_plan(client, tmp_path, 4_000, 80, signals=True)
+
+
+def test_sharded_plan_with_observed_intervals_applies_the_cold_start_rule(
+    client: Any, tmp_path: Path
+) -> None:
+    """The shards carry n_intervals to the selection: the cold hosts' pages are re-estimated
+    as in one process (the rule was off in sharded plans before: no intervals reached it)."""
+    (tmp_path / "on").mkdir()
+    (tmp_path / "off").mkdir()
+    with_rule = check_sharded_plan(client, tmp_path / "on", 4_000, 80, intervals=True)
+    without = check_sharded_plan(client, tmp_path / "off", 4_000, 80)
+    reestimated = (with_rule["reason"] == "re-estimation").sum()
+    assert reestimated > (without["reason"] == "re-estimation").sum()
 
 
 @pytest.mark.scale
