@@ -348,8 +348,13 @@ class BrowserPool:
             )
         self._folder = Path(tempfile.mkdtemp(prefix="recrawl-chromium-"))
         profile = self._folder / "profile"
+        scratch = self._folder / "tmp"
+        scratch.mkdir()
         env = {
             **os.environ,
+            # Chromium's singleton socket folders (org.chromium.Chromium.*) and other scratch
+            # files go where close() removes them, even after a killed browser
+            "TMPDIR": str(scratch),
             "HOME": str(self._folder),
             "XDG_CONFIG_HOME": str(self._folder / "config"),
             "XDG_CACHE_HOME": str(self._folder / "cache"),

@@ -198,10 +198,16 @@ def test_memory_is_sampled_at_start_and_then_at_most_as_often_as_set():
         async def scenario(every):
             async with BrowserPool(_settings(measure_every_s=every)) as pool:
                 results = await pool.render_all(urls)
-                return [r.outcome for r in results], pool.stats
+                assert pool._folder is not None
+                scratch = [p.name for p in (pool._folder / "tmp").iterdir()]
+                # Chromium's singleton folder is in the pool's own TMPDIR (removed at close;
+                # in /tmp, every killed browser left one behind)
+                assert any(name.startswith("org.chromium.Chromium") for name in scratch)
+                return [r.outcome for r in results], pool.stats, pool._folder
 
-        each, each_stats = asyncio.run(scenario(0.0))
-        rare, rare_stats = asyncio.run(scenario(1e9))
+        each, each_stats, folder = asyncio.run(scenario(0.0))
+        rare, rare_stats, _ = asyncio.run(scenario(1e9))
+    assert not folder.exists()
     assert each == rare == ["ok"] * len(urls)
     assert each_stats.measurements == 1 + len(urls)  # at start, then after every render
     assert rare_stats.measurements == 1 and rare_stats.peak_rss_bytes > 0  # at start only
