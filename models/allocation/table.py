@@ -167,8 +167,13 @@ class PhiInverse:
                 np.negative(raw, out=raw)
                 np.exp(raw, out=raw)
             raw *= rate
+            # NaN anywhere: no page is taken for given up or on the ramp (max is NaN)
+            highest = float(np.max(t)) if self.bounded and t.size else 0.0
+            if highest >= self.limit:  # given up: f 0, and f' and f'' with it (both are f x
+                # finite factors of the edge's node, where t is held: see ``below``)
+                np.multiply(raw, t < self.limit, out=raw)
             if order < 1:
-                return self._ramp(t, rate, scale, raw, empty, empty)
+                return self._ramp(t, rate, scale, raw, empty, empty, highest)
             slope += c1  # dy/du in grid steps
             slope *= self.inv_h  # A
             if self.bounded:
@@ -196,7 +201,7 @@ class PhiInverse:
                 inv_m *= inv_m
                 inv_m *= 0.5
                 d2 *= inv_m
-        return self._ramp(t, rate, scale, raw, d1, d2)
+        return self._ramp(t, rate, scale, raw, d1, d2, highest)
 
     def _ramp(
         self,
@@ -206,19 +211,20 @@ class PhiInverse:
         raw: NDArray[Any],
         d1: NDArray[Any],
         d2: NDArray[Any],
+        highest: float,
     ) -> tuple[NDArray[Any], NDArray[Any], NDArray[Any]]:
-        """Pages on the ramp below phi's limit: f linear in m (computed ones are empty).
+        """Pages strictly on the ramp below phi's limit (few), one by one: f linear in m
+        (computed ones are empty). ``highest``: the largest t (NaN if any is).
 
-        Pages at or past the limit (given up: f, f' and f'' all 0) are many and are
-        written by masks; the few strictly on the ramp one by one.
+        Pages at or past the limit are zero already (given up: f, f' and f'' all 0; the
+        derivatives may be -0, which no caller tells from 0: each replaces them outside
+        the bounds, and f = 0 is never inside).
         """
-        if self.bounded and t.size and float(np.max(t)) > self.edge:
-            gone = t >= self.limit
-            for values in (raw, d1, d2):
-                if values.size:
-                    np.copyto(values, 0.0, where=gone)
+        if highest > self.edge:
             on = t > self.edge
-            on ^= gone  # the limit is above the edge: past it is past the edge
+            on &= t < self.limit
+            if not on.any():
+                return raw, d1, d2
             ramp = np.flatnonzero(on)
             width = self.limit - self.edge
             share = np.clip((self.limit - t[ramp]) / width, 0.0, 1.0)
