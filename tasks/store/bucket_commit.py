@@ -346,6 +346,33 @@ def _union(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     return np.insert(a, inserted, b[new]), into_a, into_b
 
 
+def walk_order(keys: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """``np.lexsort((times, keys))``: the rows by key, then time, then index (stably).
+
+    A stable sort by key alone, then only the pages whose rows it leaves out of time order
+    sorted again (few: a page has its prior row, earliest, and one row a cycle but where a
+    fetch was retried). The keys come in long ascending runs (the prior rows, each part's
+    rows), which the stable sort (timsort) merges: a bucket
+    of bench_commit's million-row cycle (250,000 pages, 500,000 rows with the prior ones)
+    took 19-21 ms of CPU against lexsort's 53-55 (7 alternating runs, load 6).
+    """
+    order = np.argsort(keys, kind="stable")
+    if len(order) < 2:
+        return order
+    ordered = keys[order]
+    same = ordered[1:] == ordered[:-1]  # row i + 1 is of row i's page
+    t = times[order]
+    descent = same & (t[1:] < t[:-1])
+    if not descent.any():
+        return order
+    page = np.concatenate([[0], np.cumsum(~same)])
+    unsorted = np.zeros(int(page[-1]) + 1, dtype=bool)
+    unsorted[page[1:][descent]] = True
+    rows = np.flatnonzero(unsorted[page])
+    order[rows] = order[rows[np.lexsort((t[rows], page[rows]))]]
+    return order
+
+
 def commit_bucket(
     con: duckdb.DuckDBPyConnection,
     walk: LinkPass,
@@ -366,9 +393,9 @@ def commit_bucket(
     prior = last.filter(pa.array(seen))
     m = prior.num_rows
     # prior rows first in their page (the earliest time), then by time; ties (copies of
-    # one observation) in staging order: lexsort is stable
+    # one observation) in staging order (``walk_order``: lexsort's order)
     first = np.full(m, _NO_TIME)
-    order = np.lexsort((np.concatenate([first, at]), np.concatenate([last_hash[seen], hashes])))
+    order = walk_order(np.concatenate([last_hash[seen], hashes]), np.concatenate([first, at]))
     take = pa.array(order)
 
     def both(prior_column: pa.Array, staged_column: pa.ChunkedArray) -> pa.Array:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import tasks.store.bucket_commit as bucket_commit
 import tasks.store.history as history
-from tasks.store.bucket_commit import PAGE_HASH_ORDER, _union, bucket_of, page_hash
+from tasks.store.bucket_commit import PAGE_HASH_ORDER, _union, bucket_of, page_hash, walk_order
 from tasks.store.history import HistoryStore
 from tests.tasks.store.test_history_commit import (
     _commit,
@@ -53,6 +53,19 @@ def test_the_union_of_two_sorted_arrays_places_each_value(a, b):
     np.testing.assert_array_equal(every, expected)
     np.testing.assert_array_equal(into_a, np.searchsorted(expected, a))
     np.testing.assert_array_equal(into_b, np.searchsorted(expected, b))
+
+
+_KEYS_AND_TIMES = st.lists(st.tuples(st.integers(0, 6), st.integers(-3, 3)), max_size=60)
+
+
+@given(_KEYS_AND_TIMES)
+def test_the_walk_order_is_lexsorts(rows):
+    """``walk_order`` sorts by key alone and re-sorts only the pages out of time order:
+    the result must be lexsort's (few keys and times, so that pages have several rows,
+    ties and descents often)."""
+    keys = np.array([k for k, _ in rows], dtype=np.uint64)
+    times = np.array([t for _, t in rows], dtype=np.int64)
+    np.testing.assert_array_equal(walk_order(keys, times), np.lexsort((times, keys)))
 
 
 @pytest.fixture
