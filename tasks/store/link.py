@@ -255,14 +255,16 @@ class LinkPass:
         keep = self._first_copies(url, cyc, at) if self.deduplicate else np.ones(n, dtype=bool)
         self._last_key = (int(url[-1]), bool(cyc[-1]), int(at[-1]))
 
-        url, cyc, at = url[keep], cyc[keep], at[keep]
-        mask = pa.array(keep)
-        outcome = batch.column("outcome").filter(mask)
-        record_hash = batch.column("record_hash").filter(mask).cast(pa.string())
-        given = batch.column("given_changed").filter(mask)
-        pos = batch.column("pos").filter(mask)
+        kept = batch  # no copy where every row is kept (no row was staged twice)
+        if not keep.all():
+            url, cyc, at = url[keep], cyc[keep], at[keep]
+            kept = batch.filter(pa.array(keep))
+        outcome = kept.column("outcome")
+        record_hash = kept.column("record_hash").cast(pa.string())
+        given = kept.column("given_changed")
+        pos = kept.column("pos")
         observed = pc.is_in(outcome, pa.array(sql_list(OBSERVED))).to_numpy(zero_copy_only=False)
-        lm = _floats(batch.column("lm").filter(mask))
+        lm = _floats(kept.column("lm"))
         lm = np.where(lm >= FIRST_WEB_DAY, lm, np.nan)  # NaN stays NaN
 
         m = len(url)
@@ -295,7 +297,7 @@ class LinkPass:
 
         ours = cyc
         judged = self._judge(
-            batch.select(["given_changed", "given_interval"]).filter(mask),
+            kept.select(["given_changed", "given_interval"]),
             url,
             at,
             lm,
