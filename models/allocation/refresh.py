@@ -200,10 +200,16 @@ def expand(
         np.fmin(f, f_max, out=f)
         inside = inside_bounds(raw, r1, f_min, f_max)
         boundary = _boundary(inverse, raw, r1, r2, t, dm, dt, f_min, f_max)
-        # Masks are applied by multiplying (much cheaper than masked writes), once the
-        # pages outside their bounds (where r1 may be inf or NaN) hold zeros.
-        r1 = np.where(inside, r1, 0.0)
-        r2 = np.where(inside, r2, 0.0)
+        # Masks are applied by multiplying (much cheaper than masked writes or np.where),
+        # once the pages outside their bounds hold zeros: r1 and r2 times ``inside`` (a
+        # -0 where one was negative: no sum or test below tells it from 0), and the NaN
+        # this makes of an inf or NaN outside the bounds (pinned pages) set to 0.
+        for values in (r1, r2):
+            np.multiply(values, inside, out=values)
+            bad = np.isnan(values)
+            if bad.any():
+                bad &= ~inside
+                values[bad] = 0.0
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             kappa = r2 * r2
             kappa /= np.abs(r1) + (~inside).astype(dtype)  # 0 / 1 outside the bounds

@@ -6,6 +6,8 @@ reach, and x + 0.0 = x), so moments, boundary pages and loads must agree exactly
 past phi's limit (given up) are zeroed by masks: the same values as one by one.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -91,3 +93,45 @@ def test_pages_past_the_limit_are_given_up_and_the_ramp_is_linear(dtype: type) -
     np.testing.assert_array_equal(d1[on], -top * scale[on] / width)
     assert np.all(d2[on] == 0)
     assert np.all(raw[t < 0.9] > 0)
+
+
+@pytest.mark.parametrize("single", [True, False], ids=["float32", "float64"])
+def test_pages_with_nothing_to_gain_add_their_minimum_and_nothing_else(
+    problem: AllocationProblem, single: bool
+) -> None:
+    # Weight 0: pinned at the minimum (t = 0, whose f' and f'' are NaN or inf outside
+    # the bounds and must come out as zeros). The pages' own sums (a subset refresh: one
+    # bincount a row, in page order, within one block) are those of the other pages plus
+    # f_min in f's rows: f''s, f'''s and kappa's rows add exact zeros, the same floats.
+    rng = np.random.default_rng(11)
+    pinned = rng.random(problem.size) < 0.05
+    weights = np.where(pinned, 0.0, problem.weights)
+    floor = np.where(pinned, 0.01, 0.0)
+    p = dataclasses.replace(problem, weights=weights, min_frequency=floor)
+    pg = Pages.of(p, page_scale(p))
+    slot = (problem.hosts % 5).astype(np.int32)  # four candidate slots and slot 0
+    mu, slots = 0.5, 5
+    c = Centres(
+        np.full(slots, mu),
+        np.concatenate([[0.0], np.full(slots - 1, 0.1)]),
+        np.full(slots, (0.04 if single else 1e-4) * mu),
+        np.concatenate([[0.0], np.full(slots - 1, 1e-4)]),
+        np.zeros(slots),
+        np.full(slots, not single),
+    )
+    every = np.arange(BLOCK_PAGES // 2)  # one block: the same sums in the same order
+    pinned[every.size :] = False
+    others = np.flatnonzero(~pinned[every])
+    whole = expand(pg.subset(every), slot[every], c, slots, 0, single)
+    part = expand(pg.subset(others), slot[others], c, slots, 0, single)
+    assert np.all(np.isfinite(whole.moments))
+    np.testing.assert_array_equal(whole.moments[2:], part.moments[2:])
+    np.testing.assert_array_equal(whole.boundary, others[part.boundary])
+    # f's rows: f_min (and f_min c; f_min read in the refresh's float type) per pinned
+    # page on top, summed in another order
+    # (relative rounding of a sum of positive terms: below n eps, n < 2e4)
+    f_min = floor[pinned].astype(np.float32 if single else np.float64).astype(np.float64)
+    extra = np.bincount(slot[pinned], f_min, minlength=slots)
+    extra_c = np.bincount(slot[pinned], f_min * p.costs[pinned], minlength=slots)
+    np.testing.assert_allclose(whole.moments[0], part.moments[0] + extra, rtol=2e4 * 2.3e-16)
+    np.testing.assert_allclose(whole.moments[1], part.moments[1] + extra_c, rtol=2e4 * 2.3e-16)
