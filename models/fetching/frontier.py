@@ -49,6 +49,7 @@ class WorkItem:
     last_for_host: bool = False  # nothing else of its host waits: its connection may close
     in_flight: bool = False  # dispatched and not completed yet
     queued: bool = False  # waiting in a lane (pending or delayed)
+    origin: str = ""  # scheme://netloc of a page, set by the caller (robots.txt rules' key)
 
 
 @dataclass(frozen=True, slots=True)

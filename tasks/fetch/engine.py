@@ -42,7 +42,13 @@ from tasks.fetch.attempt import Attempt, BodyLimits, PageLimits, Route, fetch_pa
 from tasks.fetch.client import Answer, PageClient, as_page_client, make_client
 from tasks.fetch.idle_workers import IdleWorkers
 from tasks.fetch.metrics import BatchMetrics, HostPressure
-from tasks.fetch.robots import HOST_FAILURES, RobotsCache, fetch_robots, interpret_robots
+from tasks.fetch.robots import (
+    HOST_FAILURES,
+    RobotsCache,
+    RobotsRules,
+    fetch_robots,
+    interpret_robots,
+)
 from tasks.fetch.rows import (
     AttemptCost,
     CostHook,
@@ -175,6 +181,9 @@ class _Batch:
         self.next_tail = 0.0
         self.host_base: dict[str, tuple[int, int]] = {}  # requests, throttles before the batch
         self.waits_logged: set[str] = set()  # hosts whose long Retry-After wait was logged
+        # origin -> (its robots.txt rules, loop time they expire): see _rules_at
+        self.rules_until: dict[str, tuple[RobotsRules, float]] = {}
+        self.clock_is_utc = clock is _utc_now
 
     # ------------------------------------------------------------------ setup
 
@@ -246,6 +255,9 @@ class _Batch:
                     self.policy.scheme_refusal(parts.scheme)
                     or self.policy.host_refusal(parts.hostname or ""),
                 )
+                first_of_origin = True
+            else:
+                first_of_origin = False
             host, refused = known
             if refused is not None:  # an IP literal: judged here, before any request
                 self.requests.append(request)
@@ -266,13 +278,14 @@ class _Batch:
             index = len(self.requests)
             self.requests.append(request)
             self.rows.append(None)
-            item = WorkItem(index, url, host, request.priority)
+            item = WorkItem(index, url, host, request.priority, origin=origin)
             by_url[url] = item
             items.append(item)
             if host not in self.host_base:
                 host_state = self.state.host(host)
                 self.host_base[host] = (host_state.requests, host_state.throttles)
-            if self.state.robots.get(url, wall) is None:
+            # Rules are per origin and the wall clock is read once: one look-up per origin.
+            if first_of_origin and self.state.robots.get(url, wall) is None:
                 self.frontier.require_robots(host, url, now)
         return items
 
@@ -342,7 +355,7 @@ class _Batch:
 
     def _allowed_now(self, item: WorkItem, now: float) -> bool:
         """Check robots.txt at dispatch; a denied or not-yet-known page gives its slot back."""
-        rules = self.state.robots.get(item.url, self.clock())
+        rules = self._rules_at(item.url, item.origin, now)
         if rules is not None:
             denial = rules.denial(item.url, self.settings.robots_token)
             if denial is None:
@@ -356,6 +369,26 @@ class _Batch:
         if not self.frontier.admit(item, now):
             self._record_unsent(item, "admission rejected: host lane or batch full")
         return False
+
+    def _rules_at(self, url: str, origin: str, now: float) -> RobotsRules | None:
+        """The robots.txt rules of ``url`` (of ``origin``) that hold at loop time ``now``.
+
+        On the default (UTC) clock, rules found valid are kept with the loop time at which
+        they expire, so a dispatch costs a dictionary look-up and no ``datetime.now``: an
+        expiry ``expires_at - wall`` seconds after the look-up on the monotonic clock, the
+        same instant unless the wall clock is stepped. Kept only while they are the cache's
+        own entry (a newer robots.txt replaces them at once). Another clock (the sandbox's
+        simulated one) is read on every call, as it need not move with the loop.
+        """
+        cache = self.state.robots
+        held = self.rules_until.get(origin)
+        if held is not None and now < held[1] and cache.held(origin) is held[0]:
+            return held[0]
+        wall = self.clock()
+        rules = cache.get(url, wall)
+        if rules is not None and self.clock_is_utc:
+            self.rules_until[origin] = (rules, now + (rules.expires_at - wall).total_seconds())
+        return rules
 
     async def _fetch_robots(self, item: WorkItem) -> None:
         settings = self.settings
@@ -414,15 +447,19 @@ class _Batch:
     async def _fetch_page(self, item: WorkItem) -> None:
         request = self.requests[item.index]
         lane_state = self.frontier.lanes[item.host].state
-        conditional, probe = conditional_headers(
-            request.etag,
-            request.last_modified,
-            request.record_hash,
-            lane_state.trust,
-            self.validator_policy,
-            self.rng,
-            enabled=self.settings.conditional_requests,
-        )
+        conditional: dict[str, str]
+        if request.etag is None and request.last_modified is None:
+            conditional, probe = {}, False  # no validators: what conditional_headers says
+        else:
+            conditional, probe = conditional_headers(
+                request.etag,
+                request.last_modified,
+                request.record_hash,
+                lane_state.trust,
+                self.validator_policy,
+                self.rng,
+                enabled=self.settings.conditional_requests,
+            )
         self.started_at[item.index] = self.clock()
         attempt = await fetch_page(
             self.client,
@@ -461,7 +498,7 @@ class _Batch:
         digest: RecordDigest | None = None
         if attempt.outcome == "ok" and attempt.body is not None:
             hashed = self.hasher(attempt.body, attempt.content_type, attempt.final_url or item.url)
-            if not isinstance(hashed, str | RecordDigest):  # offloaded (tasks.cycle.offload)
+            if not isinstance(hashed, (str, RecordDigest)):  # offloaded (tasks.cycle.offload)
                 hashed = await hashed
             digest = hashed if isinstance(hashed, RecordDigest) else RecordDigest(hashed)
             record = digest.record_hash

@@ -197,6 +197,10 @@ class RobotsCache:
             return None
         return rules
 
+    def held(self, origin: str) -> RobotsRules | None:
+        """The rules kept for ``origin`` (``key`` of a URL), expired or not."""
+        return self._rules.get(origin)
+
     def put(self, url: str, rules: RobotsRules) -> None:
         self._rules[self.key(url)] = rules
 
