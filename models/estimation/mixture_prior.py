@@ -398,7 +398,7 @@ def fit_mixture_prior(
             # grid rows only for the groups of busy sampled pages (the others' marginals
             # are in closed form): each row is the same, built alone or with all groups
             rows = grid_kernels.GammaRows.of(a[busy_groups], b[busy_groups], _GRID)
-            marginal = pages.log_marginal_of(a[codes], b[codes], rows, busy_row)
+            marginal = pages.log_marginal_of(a, b, codes, rows, busy_row)
             return -float(np.dot(w, marginal))
 
         best = optimize.minimize_scalar(
@@ -653,6 +653,24 @@ class _PageGrid:
         )
         return np.asarray(out, dtype=np.float64)
 
+    def _quiet_log_marginal_groups(
+        self, shape: FloatArray, rate: FloatArray, codes: IntArray
+    ) -> FloatArray:
+        """``_quiet_log_marginal(shape[codes], rate[codes])`` with ``log b`` and
+        ``log Gamma(a)`` taken once a group, not once a page: the same numbers (each is the
+        same function of the same value; ``a + 0`` is ``a``, so a page without a trusted age
+        reads its ``log Gamma(a + K)`` from its group too)."""
+        k = self.aged
+        a, b = shape[codes], rate[codes]
+        log_gamma = special.gammaln(shape)[codes]
+        log_gamma_k = log_gamma.copy()
+        aged = np.flatnonzero(k != 0)
+        if aged.shape[0]:
+            log_gamma_k[aged] = special.gammaln(a[aged] + k[aged])
+        out = a * np.log(rate)[codes] - (a + k) * np.log(b + self.exposure) + log_gamma_k
+        out -= log_gamma
+        return np.asarray(out, dtype=np.float64)
+
     def log_marginal(self, shape: FloatArray, rate: FloatArray) -> FloatArray:
         """Per page: log of the observations' likelihood integrated over Gamma(shape, rate)."""
         out = self._quiet_log_marginal(shape, rate)
@@ -673,24 +691,30 @@ class _PageGrid:
     def log_marginal_rows(self, rows: grid_kernels.GammaRows, codes: IntArray) -> FloatArray:
         """``log_marginal`` with each page's Gamma the row ``codes`` of ``rows`` (its group's):
         the same numbers, the factors built once per prior instead of once per call."""
-        return self.log_marginal_of(rows.shape[codes], rows.rate[codes], rows, codes[~self.quiet])
+        return self.log_marginal_of(rows.shape, rows.rate, codes, rows, codes[~self.quiet])
 
     def log_marginal_of(
         self,
         shape: FloatArray,
         rate: FloatArray,
+        codes: IntArray,
         rows: grid_kernels.GammaRows,
         busy_rows: IntArray,
     ) -> FloatArray:
-        """``log_marginal(shape, rate)`` with each busy page's Gamma (its ``shape``, ``rate``)
-        given as its row ``busy_rows`` of ``rows``."""
-        out = self._quiet_log_marginal(shape, rate)
+        """``log_marginal(shape[codes], rate[codes])`` (per group: ``shape``, ``rate``; per
+        page: its group ``codes``) with each busy page's Gamma given as its row
+        ``busy_rows`` of ``rows``."""
+        out = self._quiet_log_marginal_groups(shape, rate, codes)
         if self.n_busy:
             busy = ~self.quiet
             top, weights = self.busy_weights
-            out[busy] = grid_kernels.gamma_rows_log_marginal(
-                weights, top, rows, busy_rows, _GRID, self.busy_rows_loglik
-            ) + grid_kernels.gamma_normalization(shape[busy], rate[busy], _STEP)
+            norm = grid_kernels.gamma_normalization(shape, rate, _STEP)
+            out[busy] = (
+                grid_kernels.gamma_rows_log_marginal(
+                    weights, top, rows, busy_rows, _GRID, self.busy_rows_loglik
+                )
+                + norm[codes[busy]]
+            )
         return out
 
     def posterior(
@@ -704,8 +728,7 @@ class _PageGrid:
         pass over the busy pages' weights: ``grid_kernels.grid_posterior``), and that pass's
         result for the busy pages, with their fresh shares at ``interval`` (per busy page,
         its mean observed interval) under both components if given."""
-        shape, rate = rows.shape[codes], rows.rate[codes]
-        log_group = self._quiet_log_marginal(shape, rate)
+        log_group = self._quiet_log_marginal_groups(rows.shape, rows.rate, codes)
         n = self.quiet.shape[0]
         log_odd, mean, sd = np.empty(n), np.empty(n), np.empty(n)
         busy = ~self.quiet
@@ -714,8 +737,8 @@ class _PageGrid:
             weights, top, self.busy_rows_loglik, rows, codes[busy], level_prior, _GRID, interval
         )
         if self.n_busy:
-            norm = grid_kernels.gamma_normalization(shape[busy], rate[busy], _STEP)
-            log_group[busy] = post.log_gamma + norm
+            norm = grid_kernels.gamma_normalization(rows.shape, rows.rate, _STEP)
+            log_group[busy] = post.log_gamma + norm[codes[busy]]
             log_odd[busy], mean[busy], sd[busy] = post.log_odd, post.mean_log, post.sd_log
         grid_kernels.quiet_pages_histogram(
             self.quiet, self.aged, self.exposure, level_prior, _GRID, (log_odd, mean, sd)

@@ -261,3 +261,29 @@ def test_changed_loglik_writes_in_place_the_same_numbers() -> None:
     shuffle = np.lexsort((np.arange(rows.shape[0]), rng.permutation(n_rows)[rows]))
     want = grid_kernels.changed_loglik(rows[shuffle], days[shuffle], weight[shuffle], n_rows, GRID)
     np.testing.assert_array_equal(got, want)
+
+
+def test_quiet_marginal_per_group_is_the_per_page_one() -> None:
+    """Each group's ``log b`` and ``log Gamma(a)`` taken once: the same numbers as per page,
+    with and without trusted ages (``a + 0`` is ``a``)."""
+    rng = np.random.default_rng(9)
+    n, n_groups = 4_000, 50
+    stats = IntervalStats(
+        page_ids=np.arange(n),
+        n_intervals=np.full(n, 3),
+        n_changed=np.zeros(n, dtype=np.int64),
+        unchanged_days=np.exp(rng.uniform(-3, 6, n)),
+        changed_days=np.zeros(n),
+        node_page=np.zeros(0, dtype=np.int64),
+        node_days=np.zeros(0),
+        node_weight=np.zeros(0),
+        aged_count=np.where(rng.random(n) < 0.3, rng.integers(1, 4, n), 0).astype(float),
+        aged_days=np.exp(rng.uniform(-2, 4, n)),
+    )
+    grid = mp._PageGrid.build(stats)
+    codes = rng.integers(0, n_groups, n)
+    shape, rate = rng.uniform(0.05, 30, n_groups), np.exp(rng.uniform(-8, 8, n_groups))
+    want = grid._quiet_log_marginal(shape[codes], rate[codes])
+    got = grid._quiet_log_marginal_groups(shape, rate, codes)
+    assert (grid.aged > 0).any() and (grid.aged == 0).any()
+    np.testing.assert_array_equal(got, want)
