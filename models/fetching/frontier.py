@@ -309,9 +309,16 @@ class BatchFrontier:
             item.sent_at = now
             item.in_flight = True
             item.last_for_host = not lane.waiting()
-            lane.state.start()
+            state = lane.state
+            state.start()
             self.in_flight += 1
-            self._schedule(lane, now)
+            if state.in_flight >= state.limit.slots:
+                # Every slot is taken: only a completion can make the lane ready, and it
+                # reschedules it; _schedule would find no time (slot_free_at is None).
+                lane.version += 1
+                lane.promote(now)
+            else:
+                self._schedule(lane, now)
             if gate is not None:
                 gate.acquire()
                 item.via_plan = True
