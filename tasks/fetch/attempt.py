@@ -174,8 +174,11 @@ async def exchange(
 def _header_dict(raw: Sequence[tuple[bytes, bytes]]) -> tuple[dict[str, str], int]:
     """Response headers as one dict, built once (httpx.Headers.get scans every header), and
     their size on the wire (name + ": " + value + CRLF each, as ``head_size`` counts)."""
-    size = 4 * len(raw) + sum([len(key) + len(value) for key, value in raw])
-    headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in raw}
+    size = 4 * len(raw)
+    headers = {}
+    for key, value in raw:  # one loop: a comprehension for each cost more than the work
+        size += len(key) + len(value)
+        headers[key.decode("latin-1").lower()] = value.decode("latin-1")
     if len(headers) == len(raw):
         return headers, size
     headers = {}  # a repeated header: its values joined, in order
@@ -310,6 +313,24 @@ def _judge(ex: Exchange, conditional: bool, url: str, wire: int, duration: float
     """The outcome of a final (non-redirect) answer."""
     status = ex.status
     headers = ex.headers
+    if (
+        200 <= status < 300
+        and not ex.plan_limit
+        and ex.failure is None
+        and not looks_like_challenge(status, headers.get("cf-mitigated"), ex.body)
+    ):  # the common answer, built without the keyword dictionary below
+        return Attempt(
+            "ok",
+            status,
+            body=ex.body,
+            content_type=headers.get("content-type"),
+            etag=headers.get("etag"),
+            last_modified=headers.get("last-modified"),
+            wire_bytes=wire,
+            duration_s=duration,
+            final_url=url,
+            warc=ex.warc,
+        )
     common: dict[str, Any] = {
         "wire_bytes": wire,
         "duration_s": duration,
