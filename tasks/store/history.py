@@ -581,7 +581,7 @@ class CycleWriter:
         self.memory_limit = memory_limit or COMMIT_MEMORY_LIMIT
         self.staging = store.dir / "_staging" / uuid.uuid4().hex
         #: the validated parts, appended to one Arrow IPC file (``StagedRows``)
-        self.staged = StagedRows(self.staging / "staged.arrow")
+        self.staged = StagedRows(self.staging / "staged.arrow", batch_rows=COMMIT_BATCH_ROWS)
         #: the staged rows as Parquet parts, for the DuckDB path (``_parquet_parts``)
         self.parts: list[Path] = []
         self.part_rows: list[int] = []
@@ -600,6 +600,16 @@ class CycleWriter:
         except OSError as exc:
             raise write_error(f"staged part of cycle {self.cycle_id}", path, exc) from exc
         return path
+
+    def _close_staged(self) -> None:
+        """Write the parts the staged rows still hold (``StagedRows`` writes them a batch
+        of parts at a time) and complete their file."""
+        try:
+            self.staged.close()
+        except OSError as exc:
+            raise write_error(
+                f"staged part of cycle {self.cycle_id}", self.staged.path, exc
+            ) from exc
 
     def abort(self) -> None:
         self.staged.discard()
@@ -641,6 +651,7 @@ class CycleWriter:
         commit wrote.
         """
         store = self.store
+        self._close_staged()
         with store._lock():
             manifest = store.manifest()
             published = [int(c) for c in manifest["cycles"]]

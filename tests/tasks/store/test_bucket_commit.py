@@ -7,7 +7,11 @@ on, and files in another order (a rebuild's, a store from before) read correctly
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
@@ -15,7 +19,15 @@ from hypothesis import strategies as st
 
 import tasks.store.bucket_commit as bucket_commit
 import tasks.store.history as history
-from tasks.store.bucket_commit import PAGE_HASH_ORDER, _union, bucket_of, page_hash, walk_order
+from models.schemas import HISTORY_SCHEMA
+from tasks.store.bucket_commit import (
+    PAGE_HASH_ORDER,
+    StagedRows,
+    _union,
+    bucket_of,
+    page_hash,
+    walk_order,
+)
 from tasks.store.history import HistoryStore
 from tests.tasks.store.test_history_commit import (
     _commit,
@@ -66,6 +78,47 @@ def test_the_walk_order_is_lexsorts(rows):
     keys = np.array([k for k, _ in rows], dtype=np.uint64)
     times = np.array([t for _, t in rows], dtype=np.int64)
     np.testing.assert_array_equal(walk_order(keys, times), np.lexsort((times, keys)))
+
+
+_PARTS = st.lists(st.lists(st.integers(0, 40), max_size=12), max_size=12)
+
+
+@given(_PARTS, st.integers(1, 30), st.integers(1, 5))
+def test_staged_rows_give_each_bucket_its_rows_part_by_part(parts, batch_rows, buckets):
+    """However many parts a written batch holds (``batch_rows``; empty parts too), a
+    bucket's staged rows are each part's rows of the bucket's pages in page-hash order
+    (stably), part after part: what staging one batch a part gave."""
+    tables = []
+    for number, ids in enumerate(parts):
+        rows = len(ids)
+        columns = {
+            field.name: pa.nulls(rows, field.type)
+            if field.nullable
+            else pa.array(np.zeros(rows, np.int64)).cast(field.type)
+            if not pa.types.is_string(field.type)
+            else pa.array(["h"] * rows)
+            for field in HISTORY_SCHEMA
+        }
+        columns["url_id"] = pa.array(ids, pa.int64())
+        columns["bytes"] = pa.array(np.arange(rows) + 100 * number, pa.int64())  # the row
+        tables.append(pa.table(columns).cast(HISTORY_SCHEMA))
+    with tempfile.TemporaryDirectory() as folder:
+        staged = StagedRows(Path(folder) / "staged.arrow", batch_rows=batch_rows)
+        for table in tables:
+            staged.append(table)
+        assert staged.rows == sum(len(ids) for ids in parts)
+        for bucket in range(buckets):
+            expected = []
+            for table in tables:
+                hashes = page_hash(table["url_id"].to_numpy())
+                order = np.argsort(hashes, kind="stable")
+                ours = order[bucket_of(hashes[order], buckets) == bucket]
+                expected.append(table.take(pa.array(ours, pa.int64())))
+            rows, hashes = staged.bucket(bucket, buckets)
+            want = pa.concat_tables([HISTORY_SCHEMA.empty_table(), *expected])
+            assert rows.select(["url_id", "bytes"]).equals(want.select(["url_id", "bytes"]))
+            np.testing.assert_array_equal(hashes, page_hash(want["url_id"].to_numpy()))
+        staged.discard()
 
 
 @pytest.fixture
