@@ -25,7 +25,10 @@ the fetch, divided by pages; pages/s is pages over wall time; nginx's own CPU pe
 read from ``/proc``. Where the machine allows, nginx is pinned to one core and each client
 to another (``os.sched_setaffinity``). Every figure is the median of ``--repeat`` runs and
 is shown as a ratio to bare aiohttp measured in the same invocation: on a shared machine the
-ratios are the figures to trust. Nothing leaves 127.0.0.0/8.
+ratios are the figures to trust. ``--base-tree DIR`` adds the client ``base``: the engine of
+another checkout (a ``git worktree`` of the commit before a change, its own code on
+``PYTHONPATH``), run in turn with the others on the same nginx, for a same-run before/after.
+Nothing leaves 127.0.0.0/8.
 """
 
 from __future__ import annotations
@@ -269,13 +272,20 @@ def process_cpu(pid: int) -> float:
 
 
 def run_client(
-    name: str, urls_file: Path, concurrency: int, cpu: int | None, profile: Path | None = None
+    name: str,
+    urls_file: Path,
+    concurrency: int,
+    cpu: int | None,
+    profile: Path | None = None,
+    base_tree: Path | None = None,
 ) -> dict[str, object]:
+    """One client run in a fresh process; ``base`` is the engine of ``base_tree``'s checkout."""
+    root = base_tree if name == "base" and base_tree is not None else ROOT
     cmd = [
         sys.executable,
-        __file__,
+        str(root / "benchmarks" / "bench_transports.py"),
         "--client",
-        name,
+        "engine" if name == "base" else name,
         "--urls-file",
         str(urls_file),
         "--concurrency",
@@ -285,8 +295,8 @@ def run_client(
         cmd += ["--cpu", str(cpu)]
     if profile is not None:
         cmd += ["--profile", str(profile)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"client {name} failed:\n{done.stderr[-3000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -325,6 +335,11 @@ def main() -> int:
         type=Path,
         help="write a cProfile of each client run to DIR/<client>-<run>.prof (slows it)",
     )
+    parser.add_argument(
+        "--base-tree",
+        type=Path,
+        help="also run the engine of this checkout (client 'base') for a same-run A/B",
+    )
     args = parser.parse_args()
 
     if args.client:  # inside a client process
@@ -346,6 +361,11 @@ def main() -> int:
     unknown = sorted(set(clients) - set(CLIENTS))
     if unknown:
         parser.error(f"unknown client(s): {', '.join(unknown)}")
+    if args.base_tree is not None:
+        if not (args.base_tree / "benchmarks" / "bench_transports.py").is_file():
+            parser.error(f"--base-tree {args.base_tree}: no benchmarks/bench_transports.py there")
+        args.base_tree = args.base_tree.resolve()
+        clients.insert(0, "base")
     if not 1 <= args.hosts <= 254 * 250 or args.pages < 1 or args.repeat < 1:
         parser.error("--hosts must be 1..63500, --pages and --repeat at least 1")
     nginx = find_nginx()
@@ -381,13 +401,16 @@ def main() -> int:
             )
             results: dict[str, list[dict[str, object]]] = {c: [] for c in clients}
             for run in range(args.repeat):
-                for name in clients:
+                # Alternate the order: no client always runs right after the same one.
+                for name in clients if run % 2 == 0 else clients[::-1]:
                     before = process_cpu(server.pid)
                     profile = None
                     if args.profile:
                         args.profile.mkdir(parents=True, exist_ok=True)
                         profile = args.profile / f"{name}-{run + 1}.prof"
-                    result = run_client(name, urls_file, args.concurrency, client_cpu, profile)
+                    result = run_client(
+                        name, urls_file, args.concurrency, client_cpu, profile, args.base_tree
+                    )
                     result["server_cpu_s"] = process_cpu(server.pid) - before
                     results[name].append(result)
                     seconds, cpu_s = float(result["seconds"]), float(result["cpu_s"])
@@ -430,7 +453,9 @@ def report(
     print(
         "\nreproduce: .venv/bin/python benchmarks/bench_transports.py "
         f"--hosts {args.hosts} --pages {args.pages} --page-kib {args.page_kib} "
-        f"--concurrency {args.concurrency} --repeat {args.repeat} --clients {','.join(results)}"
+        f"--concurrency {args.concurrency} --repeat {args.repeat} "
+        f"--clients {','.join(c for c in results if c != 'base')}"
+        + (f" --base-tree {args.base_tree}" if args.base_tree else "")
     )
 
 
