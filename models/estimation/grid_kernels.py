@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -80,7 +80,21 @@ def _fresh_share_of_y(y: FloatArray) -> FloatArray:
     return np.where(x < _SMALL_X, 1.0 - 0.5 * x, -np.expm1(-x) / np.maximum(x, 1e-300))
 
 
-_TABLE_FUNCTIONS = {"changed": _l_of_y, "fresh_share": _fresh_share_of_y}
+def _fresh_deficit_of_y(y: FloatArray) -> FloatArray:
+    """``1 - s(x) = (x - 1 + exp(-x)) / x`` at ``x = e^y``, to full relative precision: its
+    series ``x/2 - x^2/6 + x^3/24 - x^4/120`` below 1e-3 (next term ``x^5/720``: below
+    ``3e-15`` of ``x/2``), the closed form above (cancellation: ``~2 eps / x <= 5e-13``)."""
+    x = np.exp(y)
+    series = x * (0.5 - x * (1.0 / 6.0 - x * (1.0 / 24.0 - x / 120.0)))
+    closed = (x + np.expm1(-x)) / np.maximum(x, 1e-300)
+    return np.where(x < 1e-3, series, closed)
+
+
+_TABLE_FUNCTIONS = {
+    "changed": _l_of_y,
+    "fresh_share": _fresh_share_of_y,
+    "fresh_deficit": _fresh_deficit_of_y,
+}
 
 
 @lru_cache(maxsize=8)
@@ -96,6 +110,15 @@ def _table(
     return values[:-1].ravel(), np.diff(values, axis=0).ravel()
 
 
+@lru_cache(maxsize=8)
+def _table32(
+    y0: float, step: float, columns: int, kind: str
+) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+    """``_table(y0, step, columns, kind)`` rounded to float32."""
+    values, diffs = _table(y0, step, columns, kind)
+    return values.astype(np.float32), diffs.astype(np.float32)
+
+
 @dataclass(frozen=True)
 class _GridRows:
     """``F(log t + grid_j)`` for every ``t`` of a batch, read from ``_table`` rows.
@@ -109,6 +132,7 @@ class _GridRows:
     alpha: FloatArray
     values: FloatArray  # (table rows x columns, n_grid) sliding windows
     diffs: FloatArray
+    key: tuple[float, float, int, str]  # the ``_table`` they are read from
 
     @classmethod
     def of(cls, log_t: FloatArray, grid: FloatArray, kind: str) -> _GridRows:
@@ -128,7 +152,14 @@ class _GridRows:
             frac - k,
             sliding_window_view(values, n_grid),
             sliding_window_view(diffs, n_grid),
+            (y0, step, columns, kind),
         )
+
+    def values32(self) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+        """``values`` and ``diffs`` in float32, as sliding windows of the same shape."""
+        n_grid = self.values.shape[1]
+        values, diffs = _table32(*self.key)
+        return sliding_window_view(values, n_grid), sliding_window_view(diffs, n_grid)
 
     def rows(self, part: IntArray | slice) -> FloatArray:
         """The interpolated rows of the ``t``s at ``part`` (a new array)."""
@@ -208,6 +239,11 @@ class GammaRows:
     rate: FloatArray
     factors: FloatArray  # (rows, grid)
     offset: FloatArray
+
+    @cached_property
+    def factors32(self) -> NDArray[np.float32]:
+        """``factors`` in float32 (``quiet_fresh_share``)."""
+        return self.factors.astype(np.float32)
 
     @classmethod
     def of(cls, shape: FloatArray, rate: FloatArray, grid: FloatArray) -> GammaRows:
@@ -477,6 +513,101 @@ def fresh_share_from_loglik(
         grid,
         n,
     )
+
+
+#: float32's unit roundoff
+_EPS32 = float(np.finfo(np.float32).eps) / 2.0
+#: a quiet row whose float32 sums fall below this is summed in float64 (no term there is
+#: within ``2^-126`` of underflow relative to its sum: the flushed ones weigh < 1e-18)
+_TINY32 = 1e-25
+#: a quiet row whose deficit is above this is summed in float64 (its rate is then near or
+#: above its interval's inverse, where the share's inversion amplifies the error)
+_MAX_DEFICIT32 = 0.5
+#: below ``exp(-104)`` float32's exp gives 0 (its smallest subnormal is ``2^-149``)
+_MIN_EXP32 = 104.0
+
+
+def quiet_fresh_share_error(grid: FloatArray) -> float:
+    """Bound on the relative error of ``1 - quiet_fresh_share`` (the deficit) against the
+    same sums in exact arithmetic (see ``quiet_fresh_share``)."""
+    n = grid.shape[0]
+    # each term's factors: W = exp of an argument rounded once (<= 104 eps absolute) plus
+    # exp's own error (<= 4 ulp), the Gamma or prior row and the deficit table rounded to
+    # float32 (eps each; the interpolation adds 2 roundings), the products (2 roundings)
+    per_term = (_MIN_EXP32 + 4.0 + 1.0 + 3.0 + 2.0) * _EPS32
+    # a ratio of sums of positive terms: twice the terms' error, plus (n - 1) eps per sum
+    ratio = 2.0 * per_term + 2.0 * (n - 1) * _EPS32
+    # the float64 table's own interpolation (h^2 / 8 max|u''| / u relative, with u'' in
+    # log x at most 1.0014 u, numerically) and the flushed terms (< 1e-18 of a sum above
+    # _TINY32)
+    h = float(grid[1] - grid[0]) / _SUB
+    return float(ratio * (1.0 + 1e-3) + h * h / 8.0 * 1.01 + 1e-18)
+
+
+def quiet_fresh_share(
+    exposure: FloatArray,
+    rows: GammaRows,
+    which: IntArray,
+    prior: FloatArray,
+    odd: FloatArray,
+    interval: FloatArray,
+    grid: FloatArray,
+) -> FloatArray:
+    """``fresh_share_from_loglik`` of rows whose log-likelihood is ``-exposure r`` (a quiet
+    page without a trusted age), summed in float32: the posterior mean of the deficit
+    ``u = 1 - s`` (which keeps its relative precision where ``s`` is near 1, i.e. for a
+    rate slow against the interval), returned as ``1 - u``. The deficit is within
+    ``quiet_fresh_share_error(grid)`` (relative, ~2.5e-5) of the exact sums; rows whose
+    sums would come near float32's underflow, or whose deficit exceeds 0.5, are summed in
+    float64 by ``fresh_share_from_loglik`` instead.
+
+    A row's weights are ``exp(E r_0 - E r_j)`` (its maximum is at the first grid point),
+    the argument made in float64 and rounded once (an argument made in float32 would be
+    off by 3 eps of itself, up to 104 times over)."""
+    n = which.shape[0]
+    if n == 0:
+        return np.empty(0)
+    rates = np.exp(grid)
+    step_back = -(rates - rates[0])
+    log_prior = np.log(np.maximum(prior, 1e-300))
+    scaled = np.exp(log_prior - log_prior.max())[None, :].astype(np.float32)
+    factors = rows.factors32
+    table = _GridRows.of(np.log(np.maximum(interval, 1e-300)), grid, "fresh_deficit")
+    values, diffs = table.values32()
+    out = np.empty(n)
+    again = []
+    for lo in range(0, n, _BLOCK):
+        hi = min(lo + _BLOCK, n)
+        weights = np.multiply.outer(exposure[lo:hi], step_back).astype(np.float32)
+        np.exp(weights, out=weights)
+        at = table.base[lo:hi]
+        u_rows = diffs[at]
+        u_rows *= table.alpha[lo:hi, None].astype(np.float32)
+        u_rows += values[at]
+        q = factors[which[lo:hi]]
+        total = np.einsum("ij,ij->i", weights, q)
+        odd_total = np.einsum("ij,kj->ik", weights, scaled)[:, 0]
+        u_rows *= weights  # W u
+        with np.errstate(divide="ignore", invalid="ignore"):
+            regular = np.einsum("ij,ij->i", u_rows, q) / total
+            odd_deficit = np.einsum("ij,kj->ik", u_rows, scaled)[:, 0] / odd_total
+        p = odd[lo:hi]
+        deficit = (1.0 - p) * regular.astype(np.float64) + p * odd_deficit.astype(np.float64)
+        out[lo:hi] = 1.0 - deficit
+        wide = ~((total > _TINY32) & (odd_total > _TINY32) & (deficit <= _MAX_DEFICIT32))
+        again.append(lo + np.flatnonzero(wide))
+    redo = np.concatenate(again)
+    if redo.shape[0]:
+
+        def loglik_of(at: IntArray) -> FloatArray:
+            exact = np.multiply.outer(exposure[redo[at]], rates)
+            np.negative(exact, out=exact)
+            return exact
+
+        out[redo] = fresh_share_from_loglik(
+            loglik_of, rows, which[redo], prior, odd[redo], interval[redo], grid
+        )
+    return out
 
 
 @dataclass(frozen=True)

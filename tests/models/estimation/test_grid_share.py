@@ -96,3 +96,59 @@ def test_a_prior_far_from_the_likelihood_is_summed_directly() -> None:
     want = direct_share(loglik, shape, rate, prior, odd, interval)
     assert np.isfinite(got).all()
     assert abs(got[0] - want[0]) <= grid_kernels.fresh_share_error(GRID) + ROUNDING
+
+
+def direct_deficit(
+    exposure: np.ndarray,
+    shape: np.ndarray,
+    rate: np.ndarray,
+    prior: np.ndarray,
+    odd: np.ndarray,
+    interval: np.ndarray,
+) -> np.ndarray:
+    """``1 - direct_share`` for likelihoods ``-E r``, with ``1 - s(x)`` summed as itself
+    (``(x + expm1(-x)) / x``, its series below 1e-3) so that a small deficit keeps its
+    relative precision."""
+    loglik = -exposure[:, None] * RATE
+    log_reg = loglik + shape[:, None] * GRID - rate[:, None] * RATE
+    post_reg = np.exp(log_reg - log_reg.max(axis=1, keepdims=True))
+    post_reg /= post_reg.sum(axis=1, keepdims=True)
+    log_odd = loglik + np.log(prior)[None, :]
+    post_odd = np.exp(log_odd - log_odd.max(axis=1, keepdims=True))
+    post_odd /= post_odd.sum(axis=1, keepdims=True)
+    post = (1 - odd)[:, None] * post_reg + odd[:, None] * post_odd
+    x = interval[:, None] * RATE[None, :]
+    series = x * (0.5 - x * (1 / 6 - x * (1 / 24 - x / 120)))
+    u = np.where(x < 1e-3, series, (x + np.expm1(-x)) / x)
+    return np.asarray((post * u).sum(axis=1))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_quiet_share_in_float32_within_its_bound(seed: int) -> None:
+    """Quiet pages' shares summed in float32: ``1 - share`` within
+    ``quiet_fresh_share_error`` (relative) of the direct sums; the rows the float32 sums
+    cannot hold (a deficit above 0.5, a Gamma sum near underflow) are summed in float64,
+    within the float64 kernel's bound."""
+    rng = np.random.default_rng(seed)
+    n = 3_000
+    exposure = np.exp(rng.uniform(np.log(0.05), np.log(3e3), n))
+    interval = exposure / rng.integers(1, 30, n)
+    groups = rng.integers(0, 40, n)
+    shape, rate = rng.uniform(0.05, 8.0, 40), np.exp(rng.uniform(-3, 8, 40))
+    shape[0], rate[0] = 200.0, 2.0  # a fast group with a huge shape: its sums underflow
+    shape[1], rate[1] = 30.0, 0.5  # fast: deficits above 0.5 at long intervals
+    exposure[groups == 0] *= 10.0
+    rows = grid_kernels.GammaRows.of(shape, rate, GRID)
+    prior = 0.98 * rng.dirichlet(np.full(97, 0.3)) + 0.02 / 97
+    odd = rng.uniform(0, 1, n)
+    got = 1.0 - grid_kernels.quiet_fresh_share(exposure, rows, groups, prior, odd, interval, GRID)
+    want = direct_deficit(exposure, shape[groups], rate[groups], prior, odd, interval)
+    bound = grid_kernels.quiet_fresh_share_error(GRID)
+    f32_rows = (want < 0.45) & (groups != 0)
+    assert f32_rows.sum() > 2_000 and (want > 0.55).sum() >= 5
+    err = np.abs(got - want)
+    assert (err[f32_rows] <= bound * want[f32_rows]).all()
+    assert (err <= bound * want + grid_kernels.fresh_share_error(GRID) + ROUNDING).all()
+    # the bound is tight enough to mean something, and the sums really are float32
+    assert bound < 3e-5
+    assert (err[f32_rows] / want[f32_rows]).max() > 1e-9
