@@ -16,7 +16,14 @@ Runs after the plan is split and before the host batches are fetched
      cost 0, the validators and record hash of its last observation carried), and taken out
      of the planner's batches if it was planned: it is not fetched just to confirm;
    - changed, or never summarized before: fetched in this cycle (``listings-items``), and
-     taken out of the planner's batches (fetched once).
+     taken out of the planner's batches (fetched once), while it fits the budget (cheapest
+     to keep fresh first, ``models.planning.listing_reads.stale_fetch_order``).
+
+   An item a listing showed changed (or new) and that no fetch observed in the cycle stays
+   known stale (``pending`` in the kept summaries) until one does: in the next cycles it is
+   wanted as a changed item whether or not its listing is read, and a read that shows it
+   unchanged since (a 304 included: the listing is as it was at its last read) does not
+   record it unchanged. The backtest's ``ListingPlannerPolicy.pending`` is the same memory.
 
 3. Pages of hosts with a declared JSON endpoint (``EndpointRoute``) that the planner planned,
    and such items a listing marked, are fetched through their endpoint instead of the page
@@ -25,9 +32,11 @@ Runs after the plan is split and before the host batches are fetched
 
 The pass's batches join the cycle's index only once all their parts are written, so the
 commit publishes them with the rest; a crash before leaves the index as the split wrote it,
-and the pass runs again. After the commit, ``apply_listing_summaries`` keeps each item's
-summary where the item's state is now known (unchanged, or fetched in the cycle); an item
-whose fetch failed keeps its old summary, so its next listing read shows it changed again.
+and the pass runs again. After the commit, ``apply_listing_summaries`` keeps every summary
+the cycle's listings showed (so the kept summaries are what each listing showed at its last
+read, which a 304 repeats) and each item's ``pending``: shown changed or new and not
+observed in the cycle (a failed fetch, one the budget left out), or pending before and
+still not observed.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from models.discovery.listings import ListingItems, ListingRule, compare_summari
 from models.discovery.urls import InvalidURLError, normalize, url_id
 from models.outcomes import OBSERVED, sql_list
 from models.planning.cost import CostModel
+from models.planning.listing_reads import listings_to_read, stale_fetch_order
 from models.schemas import HISTORY_SCHEMA
 from tasks.cycle.planning import plan_path
 from tasks.cycle.work import (
@@ -87,9 +97,6 @@ UNCHANGED_BATCH = "listings-unchanged"
 UNCHANGED_REASON = "listing: summary unchanged"
 #: The default listing threshold (expected changed items per read): at most 25% overhead.
 LISTING_THRESHOLD = 4.0
-#: Known-stale items are fetched cheapest-to-keep-fresh first: value / (cost x (rate +
-#: 1/H)), as in the backtest (``models.backtest.listings``).
-_HORIZON_DAYS = 30.0
 _NO_RATES = pa.table({"url_id": pa.array([], pa.int64()), "rate": pa.array([], pa.float64())})
 _SEEN = "seen.parquet"
 _DONE = "done.json"
@@ -103,7 +110,8 @@ class ListingPass:
     listings_read: int = 0  # of them answered with a body or a 304
     items_seen: int = 0  # catalog items the listings showed
     unchanged: int = 0  # recorded unchanged, not fetched
-    changed: int = 0  # summary changed since it was kept: fetched
+    changed: int = 0  # summary changed since it was kept, or known stale before: wanted
+    pending: int = 0  # of them, known stale from an earlier cycle's read (kept pending)
     new: int = 0  # no summary kept before: fetched
     through_endpoint: int = 0  # items fetched through their JSON endpoint
     taken_from_plan: int = 0  # planned pages the pass fetched or recorded instead
@@ -165,9 +173,12 @@ def run_listing_pass(
     (items most value per cost first, at the plan's cost of a visit), and the planner's
     batches keep their highest-priority pages within what is left; None: no cap.
     ``threshold``: a listing is read when its items' expected changes since their last
-    observation (the planner's rate estimates) reach this many (what a read adds to each
-    change it finds is then at most 1 / threshold of a read); a listing whose items have
-    no summary kept yet is always read. 0: every declared listing, every cycle.
+    observation (the planner's rate estimates; known-stale items left out) reach this many
+    per credit of the read (what a read adds to each change it finds is then at most
+    1 / threshold of a read) and, with a budget, when the read and the fetches it calls for
+    fit, most changes per credit first (``models.planning.listing_reads``, the backtest's
+    rule); a listing whose items have no summary kept yet is always read if it fits. 0
+    without a budget: every declared listing, every cycle.
     """
     folder = work_dir(root, cycle_id)
     mine = folder / "listings"
@@ -197,10 +208,16 @@ def run_listing_pass(
         con.register("kept", kept)
         con.register("rates", _rates(root) if kept.num_rows else _NO_RATES)
         now = (clock or _utc_now)()
-        due = con.sql(
-            _DUE_LISTINGS,
-            params=observed | {"now": now, "threshold": float(threshold)},
-        ).to_arrow_table()
+        due = con.sql(_DUE_LISTINGS, params=observed | {"now": now}).to_arrow_table()
+        item_cost = np.nan_to_num(due["item_cost"].to_numpy(zero_copy_only=False), nan=1.0)
+        read = listings_to_read(
+            due["expected"].to_numpy(zero_copy_only=False).astype(np.float64),
+            item_cost,  # a listing costs what one of its host's pages costs
+            item_cost,
+            budget=float("inf") if budget is None else budget,
+            threshold=float(threshold),
+        )
+        due = due.filter(pa.array(read)).select(["url", "url_id", "host"])
         listings_due = int(due.num_rows)
         if due.num_rows:
             con.register("declared", due)
@@ -222,18 +239,23 @@ def run_listing_pass(
             seen["item_url_id"].to_numpy(),
             seen["summary_hash"].to_numpy(),
         )
-        unchanged = compared.known & ~compared.changed
-        state = np.where(unchanged, "unchanged", np.where(compared.changed, "changed", "new"))
+        # known stale since an earlier read: changed, whatever this read shows
+        pending_ids = kept["item_url_id"].to_numpy()[kept["pending"].to_numpy(zero_copy_only=False)]
+        was_pending = np.isin(compared.url_ids, pending_ids)
+        changed = compared.changed | (compared.known & was_pending)
+        unchanged = compared.known & ~changed
+        state = np.where(unchanged, "unchanged", np.where(changed, "changed", "new"))
         first = pc.index_in(pa.array(compared.url_ids), seen["item_url_id"])
         seen = seen.take(first).append_column("state", pa.array(state))
         durable_write_parquet(seen, mine / _SEEN)
 
         # 3. what the pass fetches: marked items, and planned pages of endpoint hosts
         con.register("seen_state", seen)
+        marked = con.sql(_MARKED).to_arrow_table()  # the seen items and the pending unseen
+        con.register("marked", marked)
         con.register("routes", pa.table({"host": pa.array(sorted(routes), pa.string())}))
         _last_observations(con, con.sql(_ITEM_WANTED), observed)
-        items = con.sql(_ITEM_REQUESTS, params={"horizon": _HORIZON_DAYS})
-        fetch = _within(items.to_arrow_table(), budget, cost)
+        fetch = _within(_item_requests(con.sql(_ITEM_REQUESTS).to_arrow_table()), budget, cost)
         fetch, through = _through_endpoints(fetch, routes)
         endpoint_urls = set(pc.filter(fetch["url"], through).to_pylist())
         if fetch.num_rows:
@@ -273,7 +295,8 @@ def run_listing_pass(
         ),
         items_seen=int(seen.num_rows),
         unchanged=int(quiet_rows.num_rows),
-        changed=int(compared.changed.sum()),
+        changed=int(pc.sum(pc.equal(marked["state"], "changed")).as_py() or 0),
+        pending=int(pc.sum(marked["pending"]).as_py() or 0),
         new=int((~compared.known).sum()),
         through_endpoint=len(endpoint_urls),
         taken_from_plan=taken_from_plan,
@@ -291,25 +314,25 @@ def listings_pending(root: str | Path, cycle_id: int) -> bool:
 
 
 def apply_listing_summaries(root: str | Path, cycle_id: int) -> int:
-    """After the commit: keep the summaries whose item's state the cycle knows; returns how
-    many items' summaries were replaced (idempotent: a re-run changes nothing more)."""
+    """After the commit: keep the summaries the cycle's listings showed and which items are
+    still known stale (module docstring); returns how many items' summaries were replaced
+    (idempotent: a re-run changes nothing more)."""
     seen_path = work_dir(root, cycle_id) / "listings" / _SEEN
     if not seen_path.exists():
         return 0
     con = connect()
     try:
-        con.register("seen", pq.read_table(seen_path))
+        seen = pq.read_table(seen_path)
+        con.register("seen", seen)
         con.register("kept", read_summaries(root))
         con.register("history", HistoryStore(root).relation(con))
         params = {"cycle": int(cycle_id), "observed": sql_list(OBSERVED)}
-        known = con.sql(_KNOWN_NOW, params=params).to_arrow_table()
-        con.register("known", known)
-        merged = con.sql(_MERGED).to_arrow_table()
+        merged = con.sql(_MERGED, params=params).to_arrow_table()
     finally:
         con.close()
     write_summaries(root, merged)
     seen_path.unlink()
-    return int(known.num_rows)
+    return int(seen.num_rows)
 
 
 # ---------------------------------------------------------------------- SQL
@@ -334,6 +357,9 @@ FROM declared d LEFT JOIN last_obs o USING (url_id)
 ORDER BY d.host, d.url_id
 """
 
+# per declared listing: its kept items' expected changes since their last observation under
+# the planner's rates (1: never observed or no rate) and their mean cost (NULL: none kept); a
+# known-stale (pending) item is known already, so a read would tell nothing of it
 _DUE_LISTINGS = """
 WITH seen_at AS (
     SELECT url_id, max(fetched_at) AS last FROM history
@@ -343,16 +369,18 @@ WITH seen_at AS (
 ),
 expected AS (
     SELECT k.listing_url_id AS url_id,
-           sum(CASE WHEN s.last IS NULL OR r.rate IS NULL THEN 1.0
+           sum(CASE WHEN k.pending THEN 0.0
+                    WHEN s.last IS NULL OR r.rate IS NULL THEN 1.0
                     ELSE 1.0 - exp(-r.rate * greatest(epoch($now::TIMESTAMPTZ) - epoch(s.last),
-                                                      0.0) / 86400.0) END) AS expected
-    FROM kept k LEFT JOIN rates r ON r.url_id = k.item_url_id
+                                                      0.0) / 86400.0) END) AS expected,
+           avg(c.cost) AS item_cost
+    FROM kept k LEFT JOIN catalog c ON c.url_id = k.item_url_id
+         LEFT JOIN rates r ON r.url_id = k.item_url_id
          LEFT JOIN seen_at s ON s.url_id = k.item_url_id
     GROUP BY k.listing_url_id
 )
-SELECT d.url, d.url_id, d.host
+SELECT d.url, d.url_id, d.host, e.expected, e.item_cost
 FROM declared_all d LEFT JOIN expected e USING (url_id)
-WHERE e.expected IS NULL OR e.expected >= $threshold
 ORDER BY d.host, d.url_id
 """
 
@@ -361,14 +389,25 @@ SELECT s.item_url_id, s.listing_url_id, s.summary_hash, c.url, c.host
 FROM seen s JOIN catalog c ON c.url_id = s.item_url_id
 """
 
+# the items seen this cycle and those known stale from earlier reads (pending) not seen
+_MARKED = """
+SELECT item_url_id, state, item_url_id IN (SELECT item_url_id FROM kept WHERE pending) AS pending
+FROM seen_state
+UNION ALL
+SELECT k.item_url_id, 'changed' AS state, true AS pending
+FROM kept k JOIN catalog c ON c.url_id = k.item_url_id
+WHERE k.pending AND k.item_url_id NOT IN (SELECT item_url_id FROM seen_state)
+"""
+
 _ITEM_WANTED = """
-SELECT item_url_id AS url_id FROM seen_state WHERE state <> 'unchanged'
+SELECT item_url_id AS url_id FROM marked WHERE state <> 'unchanged'
 UNION
 SELECT p.url_id FROM plan p JOIN catalog c USING (url_id)
 WHERE c.host IN (SELECT host FROM routes)
-  AND p.url_id NOT IN (SELECT item_url_id FROM seen_state WHERE state = 'unchanged')
+  AND p.url_id NOT IN (SELECT item_url_id FROM marked WHERE state = 'unchanged')
 """
 
+# the wanted pages with what ``_item_requests`` orders them by
 _ITEM_REQUESTS = """
 WITH priced AS (
     SELECT w.url_id, c.url, c.host, coalesce(p.score, 1.0e6) AS priority,
@@ -378,9 +417,8 @@ WITH priced AS (
          LEFT JOIN rates e USING (url_id)
 )
 SELECT r.url_id, r.url, r.host, r.priority, o.etag, o.last_modified, o.record_hash,
-       o.warc_file, o.warc_offset, r.est_cost
+       o.warc_file, o.warc_offset, r.est_cost, r.value, r.rate
 FROM priced r LEFT JOIN last_obs o USING (url_id)
-ORDER BY r.value / (r.est_cost * (r.rate + 1.0 / $horizon)) DESC, r.priority DESC, r.url_id
 """
 
 _UNCHANGED_WANTED = """
@@ -401,20 +439,22 @@ FROM wanted w JOIN catalog c USING (url_id) JOIN read_at r USING (url_id)
 ORDER BY w.url_id
 """
 
-_KNOWN_NOW = """
-SELECT s.item_url_id, s.listing_url_id, s.summary_hash, $cycle::BIGINT AS cycle_id
-FROM seen s
-WHERE s.state = 'unchanged'
-   OR s.item_url_id IN (
-        SELECT url_id FROM history
-        WHERE cycle_id = $cycle AND outcome IN (SELECT unnest($observed)))
-"""
-
+# every summary the cycle's listings showed, and the items known stale (pending) after it:
+# shown changed or new, or pending before, and observed by no fetch of the cycle
 _MERGED = """
-SELECT item_url_id, listing_url_id, summary_hash, cycle_id FROM known
+WITH observed_now AS (
+    SELECT DISTINCT url_id FROM history
+    WHERE cycle_id = $cycle AND outcome IN (SELECT unnest($observed))
+)
+SELECT s.item_url_id, s.listing_url_id, s.summary_hash, $cycle::BIGINT AS cycle_id,
+       (s.state <> 'unchanged' AND s.item_url_id NOT IN (SELECT url_id FROM observed_now))
+           AS pending
+FROM seen s
 UNION ALL
-SELECT item_url_id, listing_url_id, summary_hash, cycle_id FROM kept
-WHERE item_url_id NOT IN (SELECT item_url_id FROM known)
+SELECT k.item_url_id, k.listing_url_id, k.summary_hash, k.cycle_id,
+       (k.pending AND k.item_url_id NOT IN (SELECT url_id FROM observed_now)) AS pending
+FROM kept k
+WHERE k.item_url_id NOT IN (SELECT item_url_id FROM seen)
 ORDER BY item_url_id
 """
 
@@ -582,6 +622,23 @@ def _rates(root: str | Path) -> pa.Table:
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def _item_requests(priced: pa.Table) -> pa.Table:
+    """The pass's item requests in fetch order (``stale_fetch_order``): cheapest to keep fresh
+    first, then the plan's priority and url id."""
+
+    def column(name: str) -> np.ndarray:
+        values: np.ndarray = priced[name].to_numpy(zero_copy_only=False)
+        return values
+
+    order = stale_fetch_order(
+        column("value"),
+        column("est_cost"),
+        column("rate"),
+        ties=(-column("priority"), column("url_id")),
+    )
+    return priced.take(pa.array(order, pa.int64())).drop_columns(["value", "rate"])
 
 
 def _within(requests: pa.Table, budget: float | None, spent: float) -> pa.Table:

@@ -6,9 +6,13 @@
 - ``endpoints.json``: per host, how a page's JSON endpoint is named (``EndpointRoute``: a
   regular expression over the page's path and the endpoint's path template), declared by
   ``declare_endpoints``; such hosts' pages are fetched through their endpoint.
-- ``summaries.parquet``: per item, the summary hash its listing showed when the item was last
-  observed (``item_url_id``, ``listing_url_id``, ``summary_hash``, ``cycle_id``), replaced after
-  each commit (``tasks.listings.cycle.apply_listing_summaries``).
+- ``summaries.parquet``: per item, the summary hash its listing showed when it was last read
+  (``item_url_id``, ``listing_url_id``, ``summary_hash``, ``cycle_id``: the cycle of that
+  read) and ``pending``: a listing showed the item changed since its last observation and no
+  fetch has observed it since (known stale); replaced after each commit
+  (``tasks.listings.cycle.apply_listing_summaries``). A file written before ``pending``
+  existed reads with every item not pending (its summaries were kept only where the item's
+  state was known).
 
 Every file is written durably and replaced whole (``tasks.store.durable``).
 """
@@ -41,6 +45,7 @@ SUMMARIES_SCHEMA = pa.schema(
         pa.field("listing_url_id", pa.int64(), nullable=False),
         pa.field("summary_hash", pa.int64(), nullable=False),
         pa.field("cycle_id", pa.int64(), nullable=False),
+        pa.field("pending", pa.bool_(), nullable=False),
     ]
 )
 
@@ -135,7 +140,10 @@ def read_summaries(root: str | Path) -> pa.Table:
     path = folder(root) / "summaries.parquet"
     if not path.exists():
         return _empty(SUMMARIES_SCHEMA)
-    return pq.read_table(path, schema=SUMMARIES_SCHEMA)
+    table = pq.read_table(path)
+    if "pending" not in table.column_names:  # written before items were kept pending
+        table = table.append_column("pending", pa.array([False] * table.num_rows, pa.bool_()))
+    return table.select(SUMMARIES_SCHEMA.names).cast(SUMMARIES_SCHEMA)
 
 
 def write_summaries(root: str | Path, table: pa.Table) -> None:

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pandas as pd
+import pyarrow.compute as pc
 import pytest
 
 from models.discovery.endpoints import record_of
@@ -64,8 +65,8 @@ def _catalog(root, running):
     return urls
 
 
-def _cycle(root, running, cycle, budget, slices=None, cap=False, threshold=0.0):
-    at = START + timedelta(days=cycle)
+def _cycle(root, running, cycle, budget, slices=None, cap=False, threshold=0.0, at=None):
+    at = START + timedelta(days=cycle) if at is None else at
     running.web.clock.set(at)
     plan = plan_cycle(root, cycle, budget, now=at, slices=slices, seed=cycle)
     specs = split_plan(root, cycle, plan.path)
@@ -162,6 +163,34 @@ def test_with_a_budget_the_pass_and_the_planner_share_it(shop, tmp_path):
     ]
     assert len(fetched) == budget - 3  # 3 listings read, the rest went to changed items
     assert done.taken_from_plan > 0  # the planner's pages did not fit
+
+
+def test_an_item_shown_changed_but_not_fetched_stays_known_stale_until_fetched(shop, tmp_path):
+    root = str(tmp_path)
+    urls = _catalog(root, shop)
+    declare_listings(root, shop.listing_urls(0))
+    _cycle(root, shop, 0, len(urls), BOOTSTRAP)
+    day1 = START + timedelta(days=1)
+    done, rows = _cycle(root, shop, 1, 12, cap=True)
+    items = {url_id(normalize(u)): u for u in shop.page_urls(0)}
+    fetched = set(rows.loc[rows["outcome"] == "ok", "url_id"])
+    moved = {
+        u for u, url in items.items() if shop.web.version(url, day1) != shop.web.version(url, START)
+    }
+    left = moved - fetched
+    assert done.changed > 0 and left  # the budget left changed items unfetched
+    kept = read_summaries(root)
+    # nothing changes before the next cycle: every listing answers 304, which says its
+    # items show what the last read showed, not that they are unchanged since observed
+    again, rows = _cycle(root, shop, 2, len(urls), cap=True, at=day1 + timedelta(seconds=1))
+    listing_ids = {url_id(normalize(u)) for u in shop.listing_urls(0)}
+    assert set(rows.loc[rows["url_id"].isin(listing_ids), "outcome"]) == {"not_modified"}
+    # the left items are neither recorded unchanged nor forgotten: fetched, at last
+    assert not left & set(rows.loc[rows["reason"] == UNCHANGED_REASON, "url_id"])
+    assert left <= set(rows.loc[rows["outcome"] == "ok", "url_id"])
+    assert left <= set(kept.filter(pc.field("pending"))["item_url_id"].to_pylist())
+    assert again.pending >= len(left)
+    assert not pc.any(read_summaries(root)["pending"]).as_py()  # all known again
 
 
 def test_an_endpoint_host_is_fetched_through_its_json(shop, tmp_path):
