@@ -25,6 +25,7 @@ detected at the same freshness, against the planner without them.
 Reproduce:  .venv/bin/python benchmarks/bench_listings.py [--seeds 3 --pages 10000 --days 30]
             [--hosts 4 --items 200 --cycles 12 --skip-sandbox --skip-backtest]
             .venv/bin/python benchmarks/bench_listings.py --curve --seeds 3 --pages 8000 --days 30
+            (``--seed S`` with ``--curve``: that seed alone, to run seeds side by side)
 """
 
 from __future__ import annotations
@@ -324,9 +325,10 @@ def curve(args: argparse.Namespace) -> None:
         "listings": ShopSignals(listings=True),
         "listings+json": ShopSignals(listings=True, json_endpoints=True),
     }
-    print(f"curve: {args.pages:,} pages, {args.days} days, seeds 0-{args.seeds - 1}, {load()}")
+    seeds = range(args.seeds) if args.seed is None else [args.seed]
+    print(f"curve: {args.pages:,} pages, {args.days} days, seeds {list(seeds)}, {load()}")
     print("seed  signal          budget  freshness  credits/change  planner at same F  ratio")
-    for seed in range(args.seeds):
+    for seed in seeds:
         options = {"pages": args.pages, "days": args.days, "seed": seed}
         base = [
             run_shop(ShopSignals(), budget_share=b, **options)  # type: ignore[arg-type]
@@ -347,6 +349,7 @@ def curve(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=None, help="--curve: this seed only")
     parser.add_argument("--pages", type=int, default=10_000)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--budget-share", type=float, default=0.1)

@@ -14,15 +14,18 @@ options of the web family:
 
 The planner is the deployed one (``models.backtest.deployed.DeployedPlannerPolicy``:
 ``plan_from_moments`` every day). With listings, each day, before it plans
-(``ListingPlannerPolicy``): the listings due are read (a listing is a page with a rate: due
-when its items' expected changes since their last observation, under the planner's own rate
-estimates, reach ``listing_threshold`` per credit it costs); each listed item whose summary
-changed since the item's last observation is fetched first (cheapest to keep fresh first:
-value per cost and per expected change, within the budget left after the listings and the
-hosts' capacities); each listed item whose summary did not change is recorded as an unchanged
-observation (the estimator's "no change since t", as a 304 is) and is not fetched; the
-planner plans the rest of the budget over the other pages. An item that changed on its
-listing is fetched, which is its observation.
+(``ListingPlannerPolicy``): the listings worth it are read (``models.planning.listing_reads``,
+the daily pass's rule: a listing is a page with a rate, read when its items' expected changes
+since their last observation, under the planner's own rate estimates, reach
+``listing_threshold`` per credit it costs, and the read with the fetches it calls for fits
+the budget, most changes per credit first); each listed item whose summary changed since the
+item's last observation is known stale (``pending``) and fetched first (cheapest to keep
+fresh first: value per cost and per expected change, within the budget left after the
+listings and the hosts' capacities), else kept known stale for a later day; each listed item
+whose summary did not change is
+recorded as an unchanged observation (the estimator's "no change since t", as a 304 is) and
+is not fetched; the planner plans the rest of the budget over the other pages. A fetch is
+the item's observation and ends its known staleness.
 
 Credits per change detected count every credit spent, the listings' included, over the
 fetches that found a change; freshness is the simulator's (value-weighted, time-averaged).
@@ -52,12 +55,10 @@ from models.backtest.web import (
 from models.backtest.workloads import Workload, shop_web
 from models.estimation.change_rate import estimate_from_moments
 from models.planning.core import PlanningPages, plan_from_moments
+from models.planning.listing_reads import listings_to_read, stale_fetch_order
 
 #: The sandbox's measured bytes of a JSON endpoint against its page (969 / 2,885).
 JSON_BYTES_SHARE = 0.34
-#: Known-stale items are fetched cheapest-to-keep-fresh first: value / (cost x (rate + 1/H)),
-#: so an item changing far less than once in H days ranks by value per cost alone.
-_HORIZON_DAYS = 30.0
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,8 @@ class ListingPlannerPolicy(DeployedPlannerPolicy):
         self.listing_reads: dict[int, int] = {}
         self.unchanged_on_listing = 0
         self.changed_on_listing = 0
+        #: items a listing showed changed that are not fetched yet (known stale)
+        self.pending = np.zeros(web.size, dtype=bool)
 
     def choose(self, day: int) -> IntArray:
         web = self.web
@@ -200,37 +203,47 @@ class ListingPlannerPolicy(DeployedPlannerPolicy):
             self.observations.moments(), groups=self.groups, prior=self.prior
         ).rate
         last = self.observations.last_fetch
-        # a listing is a page with a rate: read when its items' expected changes since
-        # their last observation reach ``threshold`` per credit of the listing
-        expected = np.bincount(
-            listing, weights=-np.expm1(-rate * (day - last)), minlength=self.listings.count
+        # a listing is priced by the changes it finds per credit of the read and the fetches
+        # it calls for (``listings_to_read``): its expected changes among the items whose
+        # state it would tell (known-stale items are already known)
+        prob = -np.expm1(-rate * (day - last))
+        count = self.listings.count
+        expected = _per_listing(listing, np.where(self.pending, 0.0, prob), count)
+        item_cost = _per_listing(listing, web.cost, count)
+        item_cost /= np.maximum(np.bincount(listing, minlength=count), 1)
+        due = listings_to_read(
+            expected,
+            self.listings.cost,
+            item_cost,
+            budget=self.budget,
+            threshold=self.threshold,
         )
-        due = expected >= self.threshold * self.listings.cost
         spent = float(self.listings.cost[due].sum())
-        if spent > self.budget:  # the most promising listings the budget allows
-            ranked = np.argsort(-expected / self.listings.cost, kind="stable")
-            keep = ranked[np.cumsum(self.listings.cost[ranked]) <= self.budget]
-            due = np.zeros_like(due)
-            due[keep] = True
-            spent = float(self.listings.cost[due].sum())
         self.listing_cost[day] = spent
         self.listing_reads[day] = int(due.sum())
-        read = np.flatnonzero(due[listing])
+        read = np.flatnonzero(due[listing] & ~self.pending)
         changed = self.truth.shown_since(read, last[read])
         quiet = read[~changed]
         self.observations.record(day, quiet, np.zeros(quiet.shape[0], dtype=bool))
         self.unchanged_on_listing += int(quiet.shape[0])
         self.changed_on_listing += int(changed.sum())
-        # known stale: the ones cheapest to keep fresh (value per cost and expected change)
-        stale = read[changed]
-        worth = web.value[stale] / (web.cost[stale] * (rate[stale] + 1.0 / _HORIZON_DAYS))
-        forced = _fill(stale[np.argsort(-worth, kind="stable")], web, self.budget - spent)
+        self.pending[read[changed]] = True
+        # known stale: fetched cheapest to keep fresh first (value per cost and expected
+        # change, ``stale_fetch_order``); those the budget or the hosts' capacities leave out
+        # stay known stale until a fetch (a later day's, or the planner's)
+        known = np.flatnonzero(self.pending)
+        stale = known[stale_fetch_order(web.value[known], web.cost[known], rate[known])]
+        forced = _fill(stale, web, self.budget - spent)
         left = self.budget - spent - float(web.cost[forced].sum())
         capacity = web.host_capacity - np.bincount(web.hosts[forced], minlength=web.n_hosts)
         planned = self._plan(day, left, capacity) if left >= float(web.cost.min()) else forced[:0]
+        # items the listings told of are not planned again (the quiet ones are observed, the
+        # stale ones were ranked above)
         on_read = np.zeros(web.size, dtype=bool)
-        on_read[read] = True
+        on_read[quiet] = True
+        on_read[stale] = True
         out: IntArray = np.concatenate([forced, planned[~on_read[planned]]])
+        self.pending[out] = False  # fetched: its state is known again
         return out
 
     def _plan(self, day: int, budget: float, capacity: FloatArray) -> IntArray:
@@ -253,6 +266,12 @@ class ListingPlannerPolicy(DeployedPlannerPolicy):
         )
         out: IntArray = cycle.plan.index
         return out
+
+
+def _per_listing(listing: IntArray, weights: FloatArray, count: int) -> FloatArray:
+    """The sum of ``weights`` over each listing's items."""
+    out: FloatArray = np.bincount(listing, weights=weights, minlength=count).astype(np.float64)
+    return out
 
 
 def _fill(ranked: IntArray, web: PublicWeb, budget: float) -> IntArray:

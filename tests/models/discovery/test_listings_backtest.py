@@ -82,7 +82,7 @@ def test_the_changed_item_is_fetched_and_the_unchanged_one_is_not():
     ]
 
 
-def test_listings_beyond_the_budget_are_refused_per_budget():
+def test_a_listing_whose_follow_up_fetches_do_not_fit_is_not_read():
     web = _web()
     truth = SummaryTruth(_Scripted(web.size, {0: list(range(12))}), web.size, 1.0, seed=0)
     listings = ShopListings(np.arange(web.size) // 6, np.ones(2), np.array([0, 1]))
@@ -90,7 +90,29 @@ def test_listings_beyond_the_budget_are_refused_per_budget():
     truth.on_day(0)
     truth.on_day(1)
     batch = policy.choose(1)
-    assert policy.listing_cost[1] == 1.0 and batch.shape[0] == 0  # the budget went to one
+    # a read (1 credit) and the changes it would reveal cost more than the budget: the
+    # planner keeps the credit (the old rule spent it all on one listing and fetched nothing)
+    assert policy.listing_cost[1] == 0.0
+    assert 0 < web.cost[batch].sum() <= 1.0
+
+
+def test_items_a_listing_showed_changed_are_remembered_until_fetched():
+    web = _web()
+    truth = SummaryTruth(_Scripted(web.size, {0: [0, 1, 2, 3, 4, 5]}), web.size, 1.0, seed=0)
+    listings = ShopListings(np.arange(web.size) // 6, np.ones(2), np.array([0, 1]))
+    policy = ListingPlannerPolicy(web, 4.0, listings, truth, threshold=0.0)
+    truth.on_day(0)
+    truth.on_day(1)
+    first = policy.choose(1)
+    assert policy.listing_reads[1] >= 1 and policy.pending.any()
+    known = np.flatnonzero(policy.pending)
+    assert not np.isin(known, first).any()  # fetched ones are no longer pending
+    policy.observe(1, first, np.isin(first, np.arange(6)))
+    truth.on_day(2)
+    second = policy.choose(2)
+    # the next day the remembered items are fetched without reading their listing again
+    assert np.isin(known, second).any()
+    assert not policy.pending[second].any()
 
 
 def test_json_endpoints_price_every_visit_at_one_plain_request():
@@ -136,3 +158,23 @@ def test_credits_at_freshness_reads_the_curve_between_its_runs() -> None:
     assert credits_at_freshness(curve, 0.45) is None
     assert credits_at_freshness(curve, 0.9) is None
     assert credits_at_freshness([], 0.5) is None
+
+
+def test_a_known_stale_item_the_budget_leaves_out_stays_known_until_a_fetch():
+    n = 12
+    host = np.arange(n, dtype=np.int64) % 2
+    value = np.ones(n)
+    value[0] = 1e-4  # known stale, but the cheapest to keep fresh comes first
+    web = PublicWeb(host, host.copy(), value, np.ones(n), np.full(2, 100.0))
+    truth = SummaryTruth(_Scripted(n, {}), n, 1.0, seed=0)
+    listings = ShopListings(np.arange(n) // 6, np.ones(2), np.array([0, 1]))
+    policy = ListingPlannerPolicy(web, 1.0, listings, truth, threshold=1e9)  # no reads
+    policy.pending[[0, 1]] = True  # shown changed on an earlier day, not fetched yet
+    truth.on_day(0)
+    truth.on_day(1)
+    batch = policy.choose(1)
+    assert batch.tolist() == [1] and not policy.pending[1]  # fetched: known again
+    assert policy.pending[0]  # the budget left it out: still known stale, not forgotten
+    policy.observe(1, batch, np.array([True]))
+    truth.on_day(2)
+    assert policy.choose(2).tolist() == [0] and not policy.pending.any()
