@@ -295,7 +295,8 @@ def listing_pass_task(
 
 @task(name="listing-summaries", cache_policy=NO_CACHE)
 def listing_summaries_task(root: str, cycle: int) -> int:
-    """After the commit: keep the summaries of the items whose state the cycle knows."""
+    """After the commit: keep the summaries the cycle's listings showed, items a listing
+    showed changed and no fetch observed marked pending (``apply_listing_summaries``)."""
     return apply_listing_summaries(root, cycle)
 
 

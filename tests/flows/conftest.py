@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
+from flows.local_prefect import STARTUP_TIMEOUT_S
 from sandbox import SANDBOX_NETWORKS, HostBehaviour, SandboxWeb, SimClock, serve_sandbox
 from tasks.store.catalog import CatalogStore
 
@@ -30,8 +31,12 @@ BOOTSTRAP = {"discovery": 1.0, "reestimation": 0.0, "verification": 0.0}
 
 @pytest.fixture(scope="session")
 def prefect_server():
-    """One Prefect test server (temporary database) for every flow test of the session."""
-    with prefect_test_harness(server_startup_timeout=120):
+    """One Prefect test server (temporary database) for every flow test of the session.
+
+    It may start as slowly as the product's local server (``flows.local_prefect``'s
+    allowance): on a fresh clone at load ~15 the first start (database migrations) took
+    more than the 120 s this allowed, and every flow test errored at setup."""
+    with prefect_test_harness(server_startup_timeout=STARTUP_TIMEOUT_S):
         yield
 
 
