@@ -55,13 +55,18 @@ def with_archived_files(rows: pa.Table, published: list[str]) -> pa.Table:
 class CycleArchive:
     """Which WARC files of a cycle stay at commit (see the module docstring)."""
 
-    def __init__(self, root: str | Path, cycle_id: int, parts: list[str]) -> None:
-        """Read what the parts name, one part at a time (only their ``warc_file`` column)."""
+    def __init__(
+        self, root: str | Path, cycle_id: int, parts: list[str], *, named: set[str] | None = None
+    ) -> None:
+        """Read what the parts name, one part at a time (only their ``warc_file`` column);
+        ``named``: what the caller already found in them (:func:`files_named` of each part
+        it read), so the parts are not opened again."""
         self.root = root
         self.cycle_id = int(cycle_id)
-        self.keep: set[str] = set()
-        for part in parts:
-            self.keep.update(_named_files(part))
+        self.keep: set[str] = set(named or ())
+        if named is None:
+            for part in parts:
+                self.keep.update(_named_files(part))
         self.replaced = _published_files(HistoryStore(root), self.cycle_id) - self.keep
 
     def remove_orphans(self) -> list[str]:
@@ -83,24 +88,26 @@ class CycleArchive:
         return removed
 
 
-def _named_files(part: str) -> set[str]:
-    """The WARC files a part names: in its rows and in the list of its batch run.
-
-    The part is opened once (``ParquetFile``: its footer gives the schema and the list) and
-    only its ``warc_file`` column read, not through a dataset scan (``pq.read_table``):
-    the 500 parts of 2,000 rows of ``bench_commit``'s million-row cycle took 1.0-1.1 s of
-    CPU with the scan and a second footer read, 0.3-0.4 s so.
-    """
+def files_named(rows: pa.Table, metadata: dict[bytes, bytes] | None) -> set[str]:
+    """The WARC files a part names: in its rows (``warc_file``) and in the list of its
+    batch run (``metadata``, the part's schema metadata, :data:`WARC_FILES_KEY`)."""
     named: set[str] = set()
-    with pq.ParquetFile(part) as file:
-        schema = file.schema_arrow
-        if "warc_file" in schema.names:
-            column = file.read(columns=["warc_file"], use_threads=False)["warc_file"]
-            named.update(pc.unique(column.drop_null()).to_pylist())
-    listed = (schema.metadata or {}).get(WARC_FILES_KEY)
+    if "warc_file" in rows.column_names:
+        named.update(pc.unique(rows["warc_file"].drop_null()).to_pylist())
+    listed = (metadata or {}).get(WARC_FILES_KEY)
     if listed:
         named.update(json.loads(listed))
     return named
+
+
+def _named_files(part: str) -> set[str]:
+    """:func:`files_named` of a part's file, opened once (``ParquetFile``: its footer gives
+    the schema and the list) with only its ``warc_file`` column read."""
+    with pq.ParquetFile(part) as file:
+        schema = file.schema_arrow
+        columns = ["warc_file"] if "warc_file" in schema.names else []
+        rows = file.read(columns=columns, use_threads=False)
+    return files_named(rows, schema.metadata)
 
 
 def _published_files(store: HistoryStore, cycle_id: int) -> set[str]:

@@ -149,3 +149,34 @@ def test_a_failed_batch_leaves_no_warc_file(page_server, tmp_path, monkeypatch):
     assert not list((tmp_path / "warc" / "cycle=0").glob("*.warc.gz"))
     rows = HistoryStore(tmp_path).read([0]).to_pylist()
     assert all(r["outcome"] == "error" and r["warc_file"] is None for r in rows)
+
+
+def test_a_file_the_run_listed_survives_the_commit_though_no_row_names_it(page_server, tmp_path):
+    """The commit collects the WARC names as it reads the parts (rows and the run's list in
+    the part's metadata), without opening them again: a file only the list names is kept,
+    one nothing names is an orphan."""
+    import pyarrow.parquet as pq
+
+    from tasks.archive.cycle import with_archived_files
+    from tasks.cycle.work import work_dir
+
+    for k in range(2):
+        page_server.html(f"/l{k}", f"<main><p>page {k}</p></main>")
+    batch = _split(tmp_path, page_server, ["/l0", "/l1"])
+    run_host_batch(tmp_path, 0, batch, settings=SETTINGS, clock=fixed_clock(START))
+    folder = tmp_path / "warc" / "cycle=0"
+    (written,) = folder.glob("*.warc.gz")
+    # two more files of the run (named as its writer names them)
+    listed = folder / written.name.replace("-00000.", "-00007.")
+    unnamed = folder / written.name.replace("-00000.", "-00008.")
+    assert listed != written != unnamed
+    listed.write_bytes(written.read_bytes())
+    unnamed.write_bytes(written.read_bytes())
+    part = work_dir(tmp_path, 0) / "parts" / f"{batch}.parquet"
+    rows = pq.read_table(part)
+    runs_list = [f"warc/cycle=0/{written.name}", f"warc/cycle=0/{listed.name}"]
+    pq.write_table(with_archived_files(rows.replace_schema_metadata(None), runs_list), part)
+
+    commit = commit_cycle(tmp_path, 0, clock=fixed_clock(START))
+    assert commit.orphaned_warc_files == 1
+    assert listed.exists() and written.exists() and not unnamed.exists()
