@@ -18,6 +18,20 @@ RATE = np.exp(GRID)
 ROUNDING = 1e-12  # sums of 97 terms in [0, 1], normalized: far below this
 
 
+def direct_posterior(
+    loglik: np.ndarray, shape: np.ndarray, rate: np.ndarray, prior: np.ndarray, odd: np.ndarray
+) -> np.ndarray:
+    """Each row's posterior on the grid under the mixture prior, by the direct sums."""
+    log_reg = loglik + shape[:, None] * GRID - rate[:, None] * RATE
+    with np.errstate(divide="ignore"):
+        log_odd = loglik + np.log(prior)[None, :]
+    post_reg = np.exp(log_reg - log_reg.max(axis=1, keepdims=True))
+    post_reg /= post_reg.sum(axis=1, keepdims=True)
+    post_odd = np.exp(log_odd - log_odd.max(axis=1, keepdims=True))
+    post_odd /= post_odd.sum(axis=1, keepdims=True)
+    return np.asarray((1 - odd)[:, None] * post_reg + odd[:, None] * post_odd)
+
+
 def direct_share(
     loglik: np.ndarray,
     shape: np.ndarray,
@@ -26,14 +40,7 @@ def direct_share(
     odd: np.ndarray,
     interval: np.ndarray,
 ) -> np.ndarray:
-    log_reg = loglik + shape[:, None] * GRID - rate[:, None] * RATE
-    with np.errstate(divide="ignore"):
-        log_odd = loglik + np.log(prior)[None, :]
-    post_reg = np.exp(log_reg - log_reg.max(axis=1, keepdims=True))
-    post_reg /= post_reg.sum(axis=1, keepdims=True)
-    post_odd = np.exp(log_odd - log_odd.max(axis=1, keepdims=True))
-    post_odd /= post_odd.sum(axis=1, keepdims=True)
-    post = (1 - odd)[:, None] * post_reg + odd[:, None] * post_odd
+    post = direct_posterior(loglik, shape, rate, prior, odd)
     x = interval[:, None] * RATE[None, :]
     return np.asarray((post * (-np.expm1(-x) / x)).sum(axis=1))
 
@@ -110,13 +117,7 @@ def direct_deficit(
     (``(x + expm1(-x)) / x``, its series below 1e-3) so that a small deficit keeps its
     relative precision."""
     loglik = -exposure[:, None] * RATE
-    log_reg = loglik + shape[:, None] * GRID - rate[:, None] * RATE
-    post_reg = np.exp(log_reg - log_reg.max(axis=1, keepdims=True))
-    post_reg /= post_reg.sum(axis=1, keepdims=True)
-    log_odd = loglik + np.log(prior)[None, :]
-    post_odd = np.exp(log_odd - log_odd.max(axis=1, keepdims=True))
-    post_odd /= post_odd.sum(axis=1, keepdims=True)
-    post = (1 - odd)[:, None] * post_reg + odd[:, None] * post_odd
+    post = direct_posterior(loglik, shape, rate, prior, odd)
     x = interval[:, None] * RATE[None, :]
     series = x * (0.5 - x * (1 / 6 - x * (1 / 24 - x / 120)))
     u = np.where(x < 1e-3, series, (x + np.expm1(-x)) / x)
