@@ -38,7 +38,14 @@ from models.fetching.host_state import HostState, Signal
 from models.fetching.robots_policy import RobotsVerdict
 from models.fetching.validators import conditional_headers, judge_validators
 from models.outcomes import CONNECTION_FAILED
-from tasks.fetch.attempt import Attempt, BodyLimits, PageLimits, Route, fetch_page
+from tasks.fetch.attempt import (
+    Attempt,
+    BodyLimits,
+    Deadlines,
+    PageLimits,
+    Route,
+    fetch_page,
+)
 from tasks.fetch.client import Answer, PageClient, as_page_client, make_client
 from tasks.fetch.idle_workers import IdleWorkers
 from tasks.fetch.metrics import BatchMetrics, HostPressure
@@ -215,6 +222,7 @@ class _Batch:
         for item in self.frontier.admit_many(items, begin):
             self._record_unsent(item, "admission rejected: host lane or batch full")
         self.idle = IdleWorkers(loop)
+        self.deadlines = Deadlines(self.page_limits.timeout_s)  # one timer for every attempt
         workers = [asyncio.create_task(self._work()) for _ in range(settings.concurrency)]
         try:
             await asyncio.gather(*workers)
@@ -222,6 +230,7 @@ class _Batch:
             for worker in workers:
                 worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
+            self.deadlines.close()
         elapsed = loop.time() - begin
         rows = [row if row is not None else self._lost(i) for i, row in enumerate(self.rows)]
         metrics = self._metrics(rows, elapsed)
@@ -473,6 +482,7 @@ class _Batch:
             # rescans idle connections on every request).
             close=item.last_for_host and lane_state.in_flight == 1,
             archive=self._archive if self.warc is not None else None,
+            deadlines=self.deadlines,
         )
         now = self.loop.time()
         self.attempts += 1
