@@ -101,9 +101,13 @@ class RenderSettings:
     allowed_networks: tuple[str, ...] = ()
     user_agent: str | None = None  # the crawler's own User-Agent (None: Chromium's)
     #: The browser's memory (PSS of every process of its tree, from /proc smaps_rollup, which
-    #: the kernel builds by walking each process's mappings) is sampled once the slots are
-    #: open and then after a render at most this often; 0: after every render. Sampling
-    #: after every render was 12% of a whole cycle's flow-process samples (issue 19).
+    #: the kernel builds by walking each process's mappings: ~40 ms of system CPU for a
+    #: two-slot browser's 12 processes) is sampled after the first render and then after a
+    #: render at most this often, and never sooner than 50 times the last sample's own CPU
+    #: (so sampling costs at most 2% of the time the pool is open); 0: after every render.
+    #: Its renderer processes are counted when the slots are open and after every render
+    #: (a few /proc reads). Sampling after every render was 12% of a whole cycle's
+    #: flow-process samples, and a sample at every browser's start another ~3% (issue 19).
     measure_every_s: float = 0.5
     #: Resource types never fetched (DevTools ``ResourceType``): they cost bytes and build
     #: no content; the browser's own ``/favicon.ico`` request is skipped too.
@@ -319,7 +323,7 @@ class BrowserPool:
         self._free: asyncio.Queue[_Tab] = asyncio.Queue()
         self._room = asyncio.Semaphore(self.settings.slots + self.settings.queue_size)
         self._admitted = 0
-        self._measured_at = 0.0  # time.monotonic() of the last memory sample
+        self._measure_due = 0.0  # time.monotonic() from which the next memory sample is due
         self._rendering = 0
         self._background: set[asyncio.Task[None]] = set()
 
@@ -382,8 +386,7 @@ class BrowserPool:
         for _ in range(self.settings.slots):
             tab = await self._open_tab()
             self._free.put_nowait(tab)
-        self._measure()
-        self.stats.start_renderers = self.stats.peak_renderers
+        self.stats.start_renderers = self._count_renderers()
 
     async def _devtools_url(self, port_file: Path) -> str:
         deadline = time.monotonic() + self.settings.launch_timeout_s
@@ -473,8 +476,7 @@ class BrowserPool:
                     try:
                         result = await tab.render(url, self.settings)
                     finally:
-                        if time.monotonic() - self._measured_at >= self.settings.measure_every_s:
-                            self._measure()
+                        self._measure()
                         await tab.reset()
                 finally:
                     self._rendering -= 1
@@ -488,16 +490,31 @@ class BrowserPool:
         """Render every URL through the pool (in order of the answers: the URLs' order)."""
         return list(await asyncio.gather(*(self.render(u) for u in urls)))
 
+    def _count_renderers(self) -> int:
+        if self._process is None:
+            return 0
+        renderers = sum(_is_renderer(pid) for pid in tree_pids(self._process.pid))
+        self.stats.peak_renderers = max(self.stats.peak_renderers, renderers)
+        return renderers
+
     def _measure(self) -> None:
+        """After a render: count the renderers; sample the memory when it is due
+        (``RenderSettings.measure_every_s``)."""
         if self._process is None:
             return
-        self._measured_at = time.monotonic()
-        self.stats.measurements += 1
+        now = time.monotonic()
+        if self.stats.measurements and now < self._measure_due:
+            self._count_renderers()
+            return
+        cpu = time.thread_time()
         pids = tree_pids(self._process.pid)
         rss = sum(_rss(pid) for pid in pids)
         renderers = sum(_is_renderer(pid) for pid in pids)
+        self.stats.measurements += 1
         self.stats.peak_rss_bytes = max(self.stats.peak_rss_bytes, rss)
         self.stats.peak_renderers = max(self.stats.peak_renderers, renderers)
+        every = self.settings.measure_every_s
+        self._measure_due = now + (every and max(every, 50 * (time.thread_time() - cpu)))
 
     def rss_bytes(self) -> int:
         """Resident memory of the browser's whole process group (0 where /proc is missing)."""
