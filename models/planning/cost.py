@@ -38,6 +38,8 @@ from models.outcomes import BILLED
 FloatArray = NDArray[np.float64]
 
 MIB = float(1 << 20)
+#: Up to this many outcomes are priced by a set look-up each, beyond it by ``np.isin``.
+_FEW = 16
 
 
 class CostInputError(ValueError):
@@ -124,6 +126,10 @@ class CreditBilling:
             raise CostInputError(f"credits per response must be positive, got {self.credits}")
 
     def attempt_cost(self, outcome: ArrayLike, bytes_transferred: ArrayLike) -> FloatArray:
+        if isinstance(outcome, list | tuple) and len(outcome) <= _FEW:
+            # the fetch engine prices one attempt at a time: np.isin over an object array
+            # costs ~20 us whatever its size, a set look-up per outcome well under one
+            return np.array([self.credits if o in BILLED else 0.0 for o in outcome])
         billed = np.isin(np.asarray(outcome, dtype=object), sorted(BILLED))
         return np.asarray(np.where(billed, self.credits, 0.0))
 

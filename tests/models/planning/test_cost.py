@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from models.outcomes import BILLED, OUTCOMES
 from models.planning.cost import (
     MIB,
     BandwidthBilling,
@@ -47,6 +48,17 @@ def test_credits_bill_delivered_responses_only():
     model = CreditBilling(credits=5.0)
     cost = model.attempt_cost(["ok", "not_modified", "throttled", "error", "gone"], [1, 1, 1, 1, 1])
     np.testing.assert_allclose(cost, [5.0, 5.0, 0.0, 0.0, 0.0])
+
+
+def test_credits_price_one_attempt_as_they_price_many():
+    """The engine prices one attempt at a time (a set look-up); arrays go through np.isin:
+    both bill exactly the outcomes of ``models.outcomes.BILLED``."""
+    model = CreditBilling(credits=3.0)
+    one_by_one = [float(model.attempt_cost([o], [1])[0]) for o in OUTCOMES]
+    many = model.attempt_cost(np.array(OUTCOMES * 20, dtype=object), [1] * (20 * len(OUTCOMES)))
+    expected = [3.0 if o in BILLED else 0.0 for o in OUTCOMES]
+    assert one_by_one == expected
+    np.testing.assert_array_equal(many, expected * 20)
 
 
 def test_credit_visit_cost_is_the_price_of_a_delivered_response():
