@@ -17,10 +17,10 @@ The planner is the deployed one (``models.backtest.deployed.DeployedPlannerPolic
 (``ListingPlannerPolicy``): the listings worth it are read (``models.planning.listing_reads``,
 the daily pass's rule: a listing is a page with a rate, read when its items' expected changes
 since their last observation, under the planner's own rate estimates, reach
-``listing_threshold`` per credit it costs, and the read with the fetches it calls for fits
-the budget, most changes per credit first); each listed item whose summary changed since the
-item's last observation is known stale (``pending``) and fetched first (cheapest to keep
-fresh first: value per cost and per expected change, within the budget left after the
+``listing_threshold`` per credit it costs, and the read fits the budget with the fetches the
+fetch order would make of what it shows); each listed item whose summary changed since the
+item's last observation is known stale (``pending``) and fetched first (in the fetch order,
+``stale_fetch_order``: kept value per credit squared, within the budget left after the
 listings and the hosts' capacities), else kept known stale for a later day; each listed item
 whose summary did not change is
 recorded as an unchanged observation (the estimator's "no change since t", as a 304 is) and
@@ -55,7 +55,7 @@ from models.backtest.web import (
 from models.backtest.workloads import Workload, shop_web
 from models.estimation.change_rate import estimate_from_moments
 from models.planning.core import PlanningPages, plan_from_moments
-from models.planning.listing_reads import listings_to_read, stale_fetch_order
+from models.planning.listing_reads import listed_items, listings_to_read, stale_fetch_order
 
 #: The sandbox's measured bytes of a JSON endpoint against its page (969 / 2,885).
 JSON_BYTES_SHARE = 0.34
@@ -203,18 +203,13 @@ class ListingPlannerPolicy(DeployedPlannerPolicy):
             self.observations.moments(), groups=self.groups, prior=self.prior
         ).rate
         last = self.observations.last_fetch
-        # a listing is priced by the changes it finds per credit of the read and the fetches
-        # it calls for (``listings_to_read``): its expected changes among the items whose
-        # state it would tell (known-stale items are already known)
+        # a listing is read when its expected changes reach the threshold and the read fits
+        # the budget with the fetches the fetch order would make of what it shows
+        # (``listings_to_read``): known-stale items are already known, and fetched first
         prob = -np.expm1(-rate * (day - last))
-        count = self.listings.count
-        expected = _per_listing(listing, np.where(self.pending, 0.0, prob), count)
-        item_cost = _per_listing(listing, web.cost, count)
-        item_cost /= np.maximum(np.bincount(listing, minlength=count), 1)
         due = listings_to_read(
-            expected,
             self.listings.cost,
-            item_cost,
+            listed_items(listing, prob, self.pending, web.value, web.cost, rate),
             budget=self.budget,
             threshold=self.threshold,
         )
@@ -228,8 +223,8 @@ class ListingPlannerPolicy(DeployedPlannerPolicy):
         self.unchanged_on_listing += int(quiet.shape[0])
         self.changed_on_listing += int(changed.sum())
         self.pending[read[changed]] = True
-        # known stale: fetched cheapest to keep fresh first (value per cost and expected
-        # change, ``stale_fetch_order``); those the budget or the hosts' capacities leave out
+        # known stale: fetched in the fetch order (``stale_fetch_order``, the one the fit
+        # counted the follow-ups by); those the budget or the hosts' capacities leave out
         # stay known stale until a fetch (a later day's, or the planner's)
         known = np.flatnonzero(self.pending)
         stale = known[stale_fetch_order(web.value[known], web.cost[known], rate[known])]
@@ -266,12 +261,6 @@ class ListingPlannerPolicy(DeployedPlannerPolicy):
         )
         out: IntArray = cycle.plan.index
         return out
-
-
-def _per_listing(listing: IntArray, weights: FloatArray, count: int) -> FloatArray:
-    """The sum of ``weights`` over each listing's items."""
-    out: FloatArray = np.bincount(listing, weights=weights, minlength=count).astype(np.float64)
-    return out
 
 
 def _fill(ranked: IntArray, web: PublicWeb, budget: float) -> IntArray:

@@ -16,8 +16,8 @@ Runs after the plan is split and before the host batches are fetched
      cost 0, the validators and record hash of its last observation carried), and taken out
      of the planner's batches if it was planned: it is not fetched just to confirm;
    - changed, or never summarized before: fetched in this cycle (``listings-items``), and
-     taken out of the planner's batches (fetched once), while it fits the budget (cheapest
-     to keep fresh first, ``models.planning.listing_reads.stale_fetch_order``).
+     taken out of the planner's batches (fetched once), while it fits the budget (in the
+     fetch order, ``models.planning.listing_reads.stale_fetch_order``).
 
    An item a listing showed changed (or new) and that no fetch observed in the cycle stays
    known stale (``pending`` in the kept summaries) until one does: in the next cycles it is
@@ -63,7 +63,12 @@ from models.discovery.listings import ListingItems, ListingRule, compare_summari
 from models.discovery.urls import InvalidURLError, normalize, url_id
 from models.outcomes import OBSERVED, sql_list
 from models.planning.cost import CostModel
-from models.planning.listing_reads import listings_to_read, stale_fetch_order
+from models.planning.listing_reads import (
+    ListedItems,
+    listed_items,
+    listings_to_read,
+    stale_fetch_order,
+)
 from models.schemas import HISTORY_SCHEMA
 from tasks.cycle.planning import plan_path
 from tasks.cycle.work import (
@@ -170,14 +175,15 @@ def run_listing_pass(
     """The cycle's listing pass (module docstring); a no-op without declarations.
 
     ``budget`` (the cycle's, in cost units): the pass's listings and items come out of it
-    (items most value per cost first, at the plan's cost of a visit), and the planner's
+    (items in the fetch order, at the plan's cost of a visit), and the planner's
     batches keep their highest-priority pages within what is left; None: no cap.
     ``threshold``: a listing is read when its items' expected changes since their last
     observation (the planner's rate estimates; known-stale items left out) reach this many
     per credit of the read (what a read adds to each change it finds is then at most
-    1 / threshold of a read) and, with a budget, when the read and the fetches it calls for
-    fit, most changes per credit first (``models.planning.listing_reads``, the backtest's
-    rule); a listing whose items have no summary kept yet is always read if it fits. 0
+    1 / threshold of a read) and, with a budget, when the read fits with the fetches the
+    fetch order would make of what it shows, the known-stale items ranked above them
+    included (``models.planning.listing_reads``, the backtest's rule); a listing whose items
+    have no summary kept yet is always read first if it fits. 0
     without a budget: every declared listing, every cycle.
     """
     folder = work_dir(root, cycle_id)
@@ -208,12 +214,12 @@ def run_listing_pass(
         con.register("kept", kept)
         con.register("rates", _rates(root) if kept.num_rows else _NO_RATES)
         now = (clock or _utc_now)()
-        due = con.sql(_DUE_LISTINGS, params=observed | {"now": now}).to_arrow_table()
-        item_cost = np.nan_to_num(due["item_cost"].to_numpy(zero_copy_only=False), nan=1.0)
+        due = con.sql(_DUE_LISTINGS).to_arrow_table()
+        listed = con.sql(_LISTED, params=observed | {"now": now}).to_arrow_table()
         read = listings_to_read(
-            due["expected"].to_numpy(zero_copy_only=False).astype(np.float64),
-            item_cost,  # a listing costs what one of its host's pages costs
-            item_cost,
+            # a listing costs what one of its host's pages costs
+            np.nan_to_num(due["item_cost"].to_numpy(zero_copy_only=False), nan=1.0),
+            _listed_items(listed, due["url_id"].to_numpy()),
             budget=float("inf") if budget is None else budget,
             threshold=float(threshold),
         )
@@ -357,31 +363,38 @@ FROM declared d LEFT JOIN last_obs o USING (url_id)
 ORDER BY d.host, d.url_id
 """
 
-# per declared listing: its kept items' expected changes since their last observation under
-# the planner's rates (1: never observed or no rate) and their mean cost (NULL: none kept); a
-# known-stale (pending) item is known already, so a read would tell nothing of it
+# per declared listing: what a read costs (its kept items' mean cost: NULL when none is kept)
 _DUE_LISTINGS = """
+SELECT d.url, d.url_id, d.host, e.item_cost
+FROM declared_all d
+     LEFT JOIN (SELECT k.listing_url_id AS url_id, avg(c.cost) AS item_cost
+                FROM kept k LEFT JOIN catalog c ON c.url_id = k.item_url_id
+                GROUP BY k.listing_url_id) e USING (url_id)
+ORDER BY d.host, d.url_id
+"""
+
+# per kept item of a declared listing: whether a read would show it changed since its last
+# observation under the planner's rates (1: never observed or no rate), known stale already
+# (pending: a read would tell nothing of it), and what the fetch order ranks it by, at the
+# fetch's estimated cost as ``_ITEM_REQUESTS`` prices it
+_LISTED = """
 WITH seen_at AS (
     SELECT url_id, max(fetched_at) AS last FROM history
     WHERE outcome IN (SELECT unnest($observed))
       AND url_id IN (SELECT item_url_id FROM kept)
     GROUP BY url_id
-),
-expected AS (
-    SELECT k.listing_url_id AS url_id,
-           sum(CASE WHEN k.pending THEN 0.0
-                    WHEN s.last IS NULL OR r.rate IS NULL THEN 1.0
-                    ELSE 1.0 - exp(-r.rate * greatest(epoch($now::TIMESTAMPTZ) - epoch(s.last),
-                                                      0.0) / 86400.0) END) AS expected,
-           avg(c.cost) AS item_cost
-    FROM kept k LEFT JOIN catalog c ON c.url_id = k.item_url_id
-         LEFT JOIN rates r ON r.url_id = k.item_url_id
-         LEFT JOIN seen_at s ON s.url_id = k.item_url_id
-    GROUP BY k.listing_url_id
 )
-SELECT d.url, d.url_id, d.host, e.expected, e.item_cost
-FROM declared_all d LEFT JOIN expected e USING (url_id)
-ORDER BY d.host, d.url_id
+SELECT k.listing_url_id, k.pending,
+       CASE WHEN s.last IS NULL OR r.rate IS NULL THEN 1.0
+            ELSE 1.0 - exp(-r.rate * greatest(epoch($now::TIMESTAMPTZ) - epoch(s.last), 0.0)
+                           / 86400.0) END AS changed,
+       coalesce(p.cost, (SELECT median(cost) FROM plan), c.cost, 1.0) AS cost,
+       coalesce(c.value, 1.0) AS value, coalesce(r.rate, 0.0) AS rate
+FROM kept k JOIN declared_all d ON d.url_id = k.listing_url_id
+     LEFT JOIN catalog c ON c.url_id = k.item_url_id
+     LEFT JOIN plan p ON p.url_id = k.item_url_id
+     LEFT JOIN rates r ON r.url_id = k.item_url_id
+     LEFT JOIN seen_at s ON s.url_id = k.item_url_id
 """
 
 _IN_CATALOG = """
@@ -624,9 +637,28 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def _listed_items(listed: pa.Table, listing_ids: np.ndarray) -> ListedItems:
+    """``_LISTED``'s rows as ``ListedItems`` of the listings ``listing_ids`` (all declared)."""
+
+    def column(name: str) -> np.ndarray:
+        values: np.ndarray = listed[name].to_numpy(zero_copy_only=False)
+        return values
+
+    by_id = np.argsort(listing_ids, kind="stable")
+    at = by_id[np.searchsorted(listing_ids[by_id], column("listing_url_id"))]
+    return listed_items(
+        at,
+        column("changed").astype(np.float64),
+        column("pending").astype(np.bool_),
+        column("value").astype(np.float64),
+        column("cost").astype(np.float64),
+        column("rate").astype(np.float64),
+    )
+
+
 def _item_requests(priced: pa.Table) -> pa.Table:
-    """The pass's item requests in fetch order (``stale_fetch_order``): cheapest to keep fresh
-    first, then the plan's priority and url id."""
+    """The pass's item requests in fetch order (``stale_fetch_order``), then the plan's
+    priority and url id."""
 
     def column(name: str) -> np.ndarray:
         values: np.ndarray = priced[name].to_numpy(zero_copy_only=False)

@@ -178,3 +178,28 @@ def test_a_known_stale_item_the_budget_leaves_out_stays_known_until_a_fetch():
     policy.observe(1, batch, np.array([True]))
     truth.on_day(2)
     assert policy.choose(2).tolist() == [0] and not policy.pending.any()
+
+
+def test_a_read_whose_changes_the_fetch_order_would_leave_out_is_not_taken():
+    # listing 0 shows six items of little value (fetched last: a flash sale), listing 1
+    # six valuable ones, three of them known stale already (fetched first whatever is
+    # read); every item changed. Budget 7: the old fit took listing 0 (6 changes for 7
+    # credits against listing 1's 3 for 4), and the fetch order then spent 3 of the 6
+    # credits left on the pending items and left half of what listing 0 showed unfetched.
+    # Counting the follow-ups the order makes, listing 1 is read and all it shows fetched
+    n = 12
+    host = np.arange(n, dtype=np.int64) % 2
+    value = np.r_[np.full(6, 0.01), np.ones(6)]
+    web = PublicWeb(host, host.copy(), value, np.ones(n), np.full(2, 100.0))
+    truth = SummaryTruth(_Scripted(n, {0: list(range(n))}), n, 1.0, seed=0)
+    listings = ShopListings(np.arange(n) // 6, np.ones(2), np.array([0, 1]))
+    policy = ListingPlannerPolicy(web, 7.0, listings, truth, threshold=0.0)
+    policy.pending[[6, 7, 8]] = True  # shown changed on an earlier day, not fetched yet
+    # 400 days after the last visits, under the prior's rate (~0.018 a day): each item
+    # changed with probability ~0.999, so the reads are priced near 6 + 1 and 3 + 1
+    for day in range(401):
+        truth.on_day(day)
+    batch = policy.choose(400)
+    assert policy.listing_cost[400] == 1.0 and policy.changed_on_listing == 3
+    assert sorted(batch.tolist()) == list(range(6, 12))  # the pending 3 and the 3 shown
+    assert not policy.pending.any()
