@@ -16,6 +16,12 @@ default comparison: each changes one thing, so its effect can be read off agains
 * ``planner-centre`` - the deployed planner (``plan_from_moments``) with every page planned at
   its posterior's centre, as before session 9, not at its freshness-equivalent rate
   (``models.estimation.mixture_prior.CERTAINTY_EQUIVALENT``);
+* ``planner+templates`` - the deployed planner (``plan_from_moments``, pages grouped by
+  host) with each page's rate blended, in log space, with its estimate under the web's URL
+  templates as groups (``blend_estimates``): a template's evidence moves its pages away from
+  their host's rate, a template seen little leaves them at it (issue 18: a page visited once
+  is planned at its host's rate; what a hierarchy host -> template would buy, before one is
+  built into the estimator; it estimates twice);
 * ``oracle+slices`` - the oracle with the planner's reserved slices (what they cost);
 * ``oracle-groups`` - the oracle told each group's mean true rate, not each page's: what
   knowing every group exactly buys, without any page's own behaviour (a diagnostic, not a
@@ -24,8 +30,12 @@ default comparison: each changes one thing, so its effect can be read off agains
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import replace
 
+import numpy as np
+from numpy.typing import ArrayLike
+
+from models.allocation.freshness import FRESHNESS, Objective
 from models.backtest.deployed import DeployedPlannerPolicy
 from models.backtest.learning import (
     EmpiricalBayesLearner,
@@ -39,8 +49,11 @@ from models.backtest.learning import (
 from models.backtest.policies import PlannerPolicy, Policy, Selector
 from models.backtest.registry import FACTORIES, PolicyContext, register_policy
 from models.backtest.select import select_nearest_due, select_with_horizon, select_with_probes
-from models.backtest.web import IntArray, RateSchedule
+from models.backtest.web import IntArray, PublicWeb, RateSchedule
 from models.estimation import mixture_prior
+from models.estimation.change_rate import PriorChoice, estimate_from_moments
+from models.estimation.rate_data import PageMoments, RateEstimates
+from models.planning import core as planning_core
 from models.planning.select import Slices
 
 
@@ -129,6 +142,79 @@ def _centre_planner(ctx: PolicyContext) -> Policy:
     )
 
 
+#: intervals a template needs for its estimate to weigh as much as its host's
+TEMPLATE_EVIDENCE = 5.0
+
+
+def blend_estimates(
+    outer: RateEstimates,
+    inner: RateEstimates,
+    n_intervals: IntArray,
+    inner_groups: IntArray,
+    evidence: float = TEMPLATE_EVIDENCE,
+) -> RateEstimates:
+    """``outer`` (pages grouped by host) with each page's log-rate and its standard error moved
+    toward ``inner``'s (grouped by template) by ``w = n / (n + evidence)``, ``n`` the
+    intervals observed on the page's inner group: a template never revisited keeps its
+    host's estimates, one with many intervals gets its own."""
+    n = np.bincount(inner_groups, weights=n_intervals.astype(np.float64))[inner_groups]
+    w = n / (n + evidence)
+    moved = w > 0  # only there is the inner estimate read (it may be unbounded elsewhere)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        log_rate = w * np.log(inner.rate) + (1.0 - w) * np.log(outer.rate)
+        log_std = w * inner.log_std + (1.0 - w) * outer.log_std
+    rate = np.where(moved, np.exp(log_rate), outer.rate)
+    return replace(outer, rate=rate, log_std=np.where(moved, log_std, outer.log_std))
+
+
+class TemplateBlendPlannerPolicy(DeployedPlannerPolicy):
+    """The deployed planner with every page's estimate blended with its template's
+    (``planner+templates``; ``blend_estimates``): ``plan_from_moments``'s estimator swapped
+    around each cycle, as ``planner-centre`` swaps the freshness-equivalent rate."""
+
+    def __init__(
+        self,
+        web: PublicWeb,
+        budget: float,
+        *,
+        templates: IntArray,
+        objective: Objective = FRESHNESS,
+        seed: int = 0,
+        name: str = "planner+templates",
+    ) -> None:
+        super().__init__(web, budget, objective=objective, seed=seed, name=name)
+        self.templates = templates
+
+    def choose(self, day: int) -> IntArray:
+        plain = estimate_from_moments
+        templates = self.templates
+
+        def blended(
+            moments: PageMoments, *, groups: ArrayLike | None = None, prior: PriorChoice = "mixture"
+        ) -> RateEstimates:
+            by_host = plain(moments, groups=groups, prior=prior)
+            by_template = plain(moments, groups=templates, prior=prior)
+            return blend_estimates(by_host, by_template, moments.n_intervals, templates)
+
+        planning_core.estimate_from_moments = blended  # type: ignore[assignment,attr-defined,unused-ignore]
+        try:
+            return super().choose(day)
+        finally:
+            planning_core.estimate_from_moments = plain  # type: ignore[attr-defined,unused-ignore]
+
+
+def _template_blend_planner(ctx: PolicyContext) -> Policy:
+    settings = ctx.planner_settings()
+    return TemplateBlendPlannerPolicy(
+        ctx.workload.web,
+        ctx.budget,
+        objective=settings.objective,
+        seed=settings.seed,
+        name="planner+templates",
+        templates=ctx.workload.web.groups,
+    )
+
+
 def _gamma_planner(ctx: PolicyContext) -> Policy:
     learner = EmpiricalBayesLearner(ctx.workload.web.groups)
     return PlannerPolicy(
@@ -145,6 +231,7 @@ _prior_variant("planner+lean", slices=Slices(0.05, 0.02, 0.01))
 _prior_variant("planner+horizon", selector=select_with_horizon)
 _prior_variant("planner+nearest", selector=select_nearest_due)
 register_policy("planner-centre")(_centre_planner)
+register_policy("planner+templates")(_template_blend_planner)
 register_policy("oracle+slices")(_oracle_with_slices)
 register_policy("oracle-groups")(_group_oracle)
 
