@@ -188,7 +188,7 @@ class MixturePrior:
         ``kept``: the observed pages' grids a fit kept (``fit_mixture_prior``), used instead
         of building them again (the same grids)."""
         est = estimate_with_gamma(moments, self.group_gamma(groups), exact_quiet=False)
-        rate, log_std = est.rate.copy(), est.log_std.copy()
+        rate, log_std = est.rate, est.log_std  # fresh arrays, nothing else holds them
         odd = np.zeros(moments.size)
         aged_count, aged_days = moments.ages()
         cap_of = rate_cap(aged_count)
