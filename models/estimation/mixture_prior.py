@@ -128,7 +128,7 @@ class DecayedMoments:
         self.changed_sum_sq[pages] += t * t
         self.changed_sum_cube[pages] += t * t * t
 
-    def rows(self, index: IntArray) -> DecayedMoments:
+    def rows(self, index: IntArray | slice) -> DecayedMoments:
         count, days = self.aged_count, self.aged_days
         n_int, n_chg, unchanged, s1, s2, s3 = (values[index] for values in self.arrays())
         return DecayedMoments(
@@ -188,7 +188,7 @@ class MixturePrior:
         ``kept``: the observed pages' grids a fit kept (``fit_mixture_prior``), used instead
         of building them again (the same grids)."""
         est = estimate_with_gamma(moments, self.group_gamma(groups), exact_quiet=False)
-        rate, log_std = est.rate.copy(), est.log_std.copy()
+        rate, log_std = est.rate, est.log_std  # fresh arrays, nothing else holds them
         odd = np.zeros(moments.size)
         aged_count, aged_days = moments.ages()
         cap_of = rate_cap(aged_count)
@@ -414,10 +414,11 @@ def fit_mixture_prior(
 
 
 def _level_data(
-    moments: PageMoments, index: IntArray, recent: DecayedMoments | None
+    moments: PageMoments, index: IntArray | slice, recent: DecayedMoments | None
 ) -> DecayedMoments:
-    """What group levels are pooled from, for pages ``index``: the discounted sums when
-    the learner keeps them, else the pages' own sums."""
+    """What group levels are pooled from, for pages ``index`` (positions, or a slice: the
+    same rows as views): the discounted sums when the learner keeps them, else the pages'
+    own sums."""
     if recent is not None:
         return recent.rows(index)
     part = moments.rows(index)
@@ -453,7 +454,8 @@ def _levels_from_every_page(
     ``prior``, as an estimate makes; ``kept`` keeps that pass's grids for the estimate.
     """
     regular = np.empty(observed.shape[0])
-    codes = groups[observed]
+    every = observed.shape[0] == moments.size  # every page observed: views, not gathers
+    codes = groups if every else groups[observed]
     prior.gamma_rows  # noqa: B018 (built once, before the threads share it)
     if kept is not None:
         kept.pages = observed
@@ -465,9 +467,8 @@ def _levels_from_every_page(
             kept.keep(lo, grid)
 
     _in_blocks(observed.shape[0], block)
-    return _group_levels(
-        _level_data(moments, observed, recent), codes, regular, n_groups, prior.level_prior
-    )
+    level_data = _level_data(moments, slice(None) if every else observed, recent)
+    return _group_levels(level_data, codes, regular, n_groups, prior.level_prior)
 
 
 def group_gamma_parameters(

@@ -165,6 +165,8 @@ def select_batch(
         raise PlanningInputError(f"budget must be finite and non-negative, got {budget}")
     if host_capacity.shape[0] <= (int(c.hosts.max()) if c.size else -1):
         raise PlanningInputError("host_capacity needs an entry for every host code")
+    if c.size and int(c.hosts.min()) < 0:
+        raise PlanningInputError("host codes must be non-negative")
     if c.size and not (c.cost > 0).all():
         raise PlanningInputError("every candidate needs a positive cost")
     known = ~np.isnan(c.days_since_visit)
@@ -374,34 +376,134 @@ def _fill(
     hosts: IntArray,
     capacity_left: FloatArray,
     budget: float,
+    *,
+    first_guess: int | None = None,
 ) -> IntArray:
     """Best-scoring eligible pages within ``budget`` and each host's remaining capacity.
 
     Pages are ranked by score; a page beyond its host's remaining capacity is skipped;
     the budget is filled greedily: the longest affordable prefix, then, with what is left,
     the best of the remaining pages that still fit, once more.
+
+    The same pages as :func:`_fill_by_full_sort`, which ranks the whole pool, without
+    sorting the whole pool when the budget stops early in it: every step reads only the
+    ranking's head (a page's rank on its host counts the pages ranked before it; the cost
+    sums are running sums), so the head's answer is the whole pool's once the head holds a
+    page the budget cannot take and, with something left, enough cheap pages to use it up.
+    A head (``first_guess`` pages, by default what the budget would buy at the pool's mean
+    cost, x1.5) is cut from the pool by a partition at its score (with every page tied at
+    it); a head that does not settle the answer is taken 4 times longer, and from a quarter
+    of the pool on, the pool is sorted whole (where host capacities skip many pages, a head
+    that long seldom settles it). (Verification takes 0.4% of 10 M pages:
+    sorting them all was 4.7 s of a 9 s selection at load 2.7.)
     """
     pool = np.flatnonzero(eligible)
-    if pool.shape[0] == 0 or budget <= 0:
+    n = pool.shape[0]
+    if n == 0 or budget <= 0:
         return pool[:0]
-    pool = pool[np.argsort(-scores[pool], kind="stable")]
-    # rank of each page within its host, in score order
-    by_host = np.argsort(hosts[pool], kind="stable")
-    sorted_hosts = hosts[pool][by_host]
-    starts = np.r_[0, np.flatnonzero(np.diff(sorted_hosts)) + 1]
-    rank_sorted = np.arange(pool.shape[0]) - np.repeat(
-        starts, np.diff(np.r_[starts, pool.shape[0]])
-    )
-    rank = np.empty(pool.shape[0], dtype=np.int64)
-    rank[by_host] = rank_sorted
-    pool = pool[rank < np.floor(capacity_left[hosts[pool]] + 1e-9)]
-    spent = np.cumsum(cost[pool])
+    capacity = np.floor(capacity_left + 1e-9)
+    neg = -scores[pool]
+    if first_guess is None:
+        mean_cost = float(cost[pool].mean())
+        guess = budget / mean_cost * 1.5 if mean_cost > 0 else float(n)
+        first_guess = int(min(guess, float(n))) + 1024
+    k = max(int(first_guess), 1)
+    while 4 * k < n:
+        cut = np.partition(neg, k - 1)[k - 1]
+        if np.isnan(cut):  # NaN scores rank last: the head would need them
+            break
+        head = np.flatnonzero(neg <= cut)  # ascending positions: the stable order's ties
+        ranked = pool[head[_stable_argsort(neg[head])]]
+        chosen = _fill_ranked(ranked, cost, hosts, capacity, budget, complete=False)
+        if chosen is not None:
+            return chosen
+        k *= 4
+    ranked = pool[_stable_argsort(neg)]
+    out = _fill_ranked(ranked, cost, hosts, capacity, budget, complete=True)
+    assert out is not None
+    return out
+
+
+def _fill_ranked(
+    ranked: IntArray,
+    cost: FloatArray,
+    hosts: IntArray,
+    capacity: FloatArray,
+    budget: float,
+    *,
+    complete: bool,
+) -> IntArray | None:
+    """``_fill`` on the head ``ranked`` of the pool's ranking (all of it if ``complete``):
+    the chosen pages, or None when pages beyond the head could change them."""
+    page_hosts = hosts[ranked]
+    # only hosts with more ranked pages than capacity left need ranks (the others keep all)
+    count = np.bincount(page_hosts, minlength=capacity.shape[0])
+    on_tight = ~(count <= capacity)[page_hosts]
+    if on_tight.any():
+        sub = np.flatnonzero(on_tight)
+        sub_hosts = page_hosts[sub]
+        by_host = _stable_argsort_codes(sub_hosts)
+        sorted_hosts = sub_hosts[by_host]
+        starts = np.r_[0, np.flatnonzero(np.diff(sorted_hosts)) + 1]
+        rank_sorted = np.arange(sub.shape[0]) - np.repeat(
+            starts, np.diff(np.r_[starts, sub.shape[0]])
+        )
+        rank = np.empty(sub.shape[0], dtype=np.int64)
+        rank[by_host] = rank_sorted
+        keep = np.ones(ranked.shape[0], dtype=bool)
+        keep[sub] = rank < capacity[sub_hosts]
+        ranked = ranked[keep]
+    spent = np.cumsum(cost[ranked])
     fits = spent <= budget * (1 + 1e-12)
-    chosen = pool[fits]
+    if not complete and fits.all():
+        return None  # the budget is not spent within the head
+    chosen = ranked[fits]
     left = budget - (float(spent[fits][-1]) if fits.any() else 0.0)
-    rest = pool[~fits]
+    rest = ranked[~fits]
     rest = rest[cost[rest] <= left]
-    if rest.shape[0] and left > 0:
-        extra = rest[np.cumsum(cost[rest]) <= left * (1 + 1e-12)]
-        chosen = np.concatenate([chosen, extra])
+    if left > 0:
+        within = np.cumsum(cost[rest]) <= left * (1 + 1e-12)
+        if not complete and within.all():
+            return None  # cheaper pages beyond the head could still use what is left
+        if rest.shape[0]:
+            chosen = np.concatenate([chosen, rest[within]])
     return chosen
+
+
+def _stable_argsort(keys: FloatArray) -> IntArray:
+    """``np.argsort(keys, kind="stable")``, from numpy's faster unstable sort (SIMD where
+    the CPU has it: 2.5x at 8 M floats here) with tied keys put back in position order.
+
+    With unique keys every sort gives the one order; tied runs (equal keys, -0.0 with 0.0,
+    NaN with NaN, as the stable sort ties them) are re-sorted by position. When more than
+    an eighth of the keys are tied the stable sort itself is cheaper.
+    """
+    order = np.argsort(keys)
+    n = order.shape[0]
+    ranked = keys[order]
+    nan = np.isnan(ranked)
+    tie = (ranked[1:] == ranked[:-1]) | (nan[1:] & nan[:-1])
+    if not tie.any():
+        return order
+    in_run = np.zeros(n, dtype=bool)
+    in_run[1:] |= tie
+    in_run[:-1] |= tie
+    at = np.flatnonzero(in_run)
+    if at.shape[0] > n // 8:
+        return np.argsort(keys, kind="stable")
+    run = np.cumsum(np.r_[True, ~tie])
+    order[at] = order[at[np.lexsort((order[at], run[at]))]]
+    return order
+
+
+def _stable_argsort_codes(codes: IntArray) -> IntArray:
+    """``np.argsort(codes, kind="stable")`` for non-negative integer codes: one sort of
+    ``code * n + position`` (unique keys, so an unstable SIMD sort gives the stable order;
+    4x the stable argsort's speed on 8 M host codes)."""
+    n = codes.shape[0]
+    if n == 0 or int(codes.max()) >= (1 << 62) // max(n, 1):
+        return np.argsort(codes, kind="stable")
+    key = codes.astype(np.int64) * n + np.arange(n, dtype=np.int64)
+    key.sort()
+    out: IntArray = key % n
+    return out
