@@ -36,13 +36,20 @@ _KEEP_TOP = (1 << 31) - 1
 def keep_freed_memory() -> bool:
     """Tell glibc to serve large blocks from the heap, trim it only past 2 GiB free at its
     top and keep one arena for every thread; True if applied."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
     try:
-        libc = ctypes.CDLL(name)
+        # glibc's own soname first: ``find_library`` runs ``ldconfig -p`` in a subprocess
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        name = ctypes.util.find_library("c")
+        if not name:
+            return False
+        try:
+            libc = ctypes.CDLL(name)
+        except OSError:
+            return False
+    try:
         mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to tune
+    except AttributeError:  # not glibc (musl, macOS): nothing to tune
         return False
     ok = (
         bool(mallopt(_M_MMAP_MAX, 0))

@@ -45,3 +45,14 @@ def test_a_freed_block_stays_in_the_heap():
         [sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True, env=env
     )
     assert int(done.stdout.strip()) == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's soname")
+def test_the_policy_starts_no_process(monkeypatch):
+    """Every flow run applies it: ``ctypes.util.find_library`` would run ``ldconfig -p``."""
+
+    def spawned(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", spawned)
+    memory.keep_freed_memory()
