@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given, seed, settings
 from hypothesis import strategies as st
 
 from models.allocation import local as allocation_local
@@ -385,7 +385,11 @@ def local_problems(draw):
     return web_problem(n, n_hosts, seed, objective, share), tilt
 
 
-# 30 examples (60 cost 3.6 s per model pass); its finds are regression tests below.
+# 30 examples (60 cost 3.6 s per model pass); its finds are regression tests below. The
+# same 30 random draws on every run (a fixed seed; derandomize=True draws only tiny
+# problems): a find that is not fixed yet (below, xfail) must not fail an unrelated
+# change's CI by chance; search wider by hand with another seed.
+@seed(20261204)
 @settings(max_examples=30, deadline=None)
 @given(local_problems())
 def test_local_models_reach_the_direct_answer_from_a_rough_start(case):
@@ -410,6 +414,21 @@ def test_a_host_mixed_across_its_capacity_keeps_the_budget_exact():
     problem = web_problem(103, 6, seed=1101, budget_share=0.375)
     local = run_local(problem)
     assert_same_answer(problem, local, solve_direct(problem, page_scale(problem)))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known (session 14): from mu 6% above its root the local models cycle and never "
+    "settle (also with twice the refreshes); solve_local falls back to the direct solver",
+)
+def test_a_start_six_percent_high_settles():
+    # Found by the property test above (random draws, before it was derandomized). From the
+    # reduced problem's own start the local models settle on the direct answer (checked
+    # here first); from mu x 1.0625 they do not.
+    problem = web_problem(134, 8, seed=614, budget_share=0.484375)
+    direct = solve_direct(problem, page_scale(problem))
+    assert_same_answer(problem, run_local(problem), direct)
+    assert_same_answer(problem, run_local(problem, lambda mu, nu: (mu * 1.0625, nu)), direct)
 
 
 def test_an_overflowing_error_estimate_widens_the_box():
