@@ -490,10 +490,13 @@ class BrowserPool:
         """Render every URL through the pool (in order of the answers: the URLs' order)."""
         return list(await asyncio.gather(*(self.render(u) for u in urls)))
 
-    def _count_renderers(self) -> int:
+    def _count_renderers(self, pids: list[int] | None = None) -> int:
+        """The browser's renderer processes now (``pids``: its tree, if already walked)."""
         if self._process is None:
             return 0
-        renderers = sum(_is_renderer(pid) for pid in tree_pids(self._process.pid))
+        if pids is None:
+            pids = tree_pids(self._process.pid)
+        renderers = sum(_is_renderer(pid) for pid in pids)
         self.stats.peak_renderers = max(self.stats.peak_renderers, renderers)
         return renderers
 
@@ -509,10 +512,9 @@ class BrowserPool:
         cpu = time.thread_time()
         pids = tree_pids(self._process.pid)
         rss = sum(_rss(pid) for pid in pids)
-        renderers = sum(_is_renderer(pid) for pid in pids)
+        self._count_renderers(pids)
         self.stats.measurements += 1
         self.stats.peak_rss_bytes = max(self.stats.peak_rss_bytes, rss)
-        self.stats.peak_renderers = max(self.stats.peak_renderers, renderers)
         every = self.settings.measure_every_s
         self._measure_due = now + (every and max(every, 50 * (time.thread_time() - cpu)))
 
