@@ -385,7 +385,7 @@ def _fill(
     the budget is filled greedily: the longest affordable prefix, then, with what is left,
     the best of the remaining pages that still fit, once more.
 
-    The same pages as :func:`_fill_by_full_sort`, which ranks the whole pool, without
+    The same pages as ranking the whole pool (``_fill_by_full_sort`` in the tests), without
     sorting the whole pool when the budget stops early in it: every step reads only the
     ranking's head (a page's rank on its host counts the pages ranked before it; the cost
     sums are running sums), so the head's answer is the whole pool's once the head holds a
