@@ -502,6 +502,17 @@ def test_a_budget_root_between_two_floats_within_tolerance_is_taken():
     assert_same_answer(problem, local, direct)
 
 
+def test_where_every_page_s_host_binds_the_multiplier_is_pinned_only_so_far():
+    # Found by a wide draw (session 15): all three hosts bind, so the spend hardly moves
+    # with mu (d spend / d mu = -15 at mu = 0.0034, B = 139); the two solvers' multipliers
+    # differ by 1.9e-8 relative, inside the 1.1e-7 the budget's tolerance allows, with the
+    # frequencies equal to 1.3e-10.
+    problem = web_problem(256, 3, seed=4509, objective=AGE, budget_share=0.49578536859964917)
+    direct = solve_direct(problem, page_scale(problem))
+    local = run_local(problem, lambda mu, nu: (mu * 1.8662415285374523, nu * 0.530233474588548))
+    assert_same_answer(problem, local, direct)
+
+
 def test_hosts_two_four_five_and_seven_of_eight_binding_first():
     # Found by the property test's check (session 15): the direct solver caches the
     # binding hosts' bounds under the binding set's packed bits, and began with the key
