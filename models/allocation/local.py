@@ -279,7 +279,7 @@ class _LocalSolver:
             found, state = model.hosts(mu, nu)
             clamped = (state == 1) | ((state == -1) & (model.lo_nu > 0))
             load, load_nu, load_mu, *_ = model.terms(mu, found)
-            binding = (state == 0) & np.isfinite(self.cap)
+            binding = ((state == 0) | (state == 2)) & np.isfinite(self.cap)  # see Model.solve
             with np.errstate(divide="ignore", invalid="ignore"):
                 follow = np.where(binding & (load_nu < 0), -load_mu / load_nu, 0.0)
             error = model.host_error(mu, found)
@@ -362,12 +362,14 @@ class _LocalSolver:
                 )
             ]
         )
-        nu_reach = np.maximum(nu_reach, 2 * (mu_reach / mu) ** 2 * m)  # see run()
-        nu_reach[0] = 0.0
         fresh = np.ones(self.slots, dtype=bool) if full else moving.copy()
         if not full:  # hosts move alone: mu may follow as far as the free pages' box allows
             fresh[0] = False
             mu_reach = max(mu_reach, float(c.mu_reach[0]))
+        # nu follows mu along ``follow`` only to first order: the box takes the rest, over
+        # as far as mu may move (the free pages' box when hosts move alone; see run())
+        nu_reach = np.maximum(nu_reach, 2 * (mu_reach / mu) ** 2 * m)
+        nu_reach[0] = 0.0
         out = Centres(
             np.where(fresh, mu, c.mu),
             np.where(fresh, answer.nu, c.nu),

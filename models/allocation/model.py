@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from models.allocation.solver import TOLERANCE
 from models.allocation.table import PhiInverse
 
 FloatArray = NDArray[np.float64]
@@ -314,7 +315,9 @@ class Model:
                     share = np.clip((self.cap - load) / (load_up - load), 0.0, 1.0)
                 share = np.where(jump, np.nan_to_num(share), 0.0)
                 spend = spend + share * (spend_up - spend)
-            binding = (state == 0) & np.isfinite(self.cap)
+            # a host mixed across its capacity (state 2) binds too: without its d nu / d mu
+            # its next box would not follow mu, and would hold it as soon as mu moved
+            binding = ((state == 0) | (state == 2)) & np.isfinite(self.cap)
             with np.errstate(divide="ignore", invalid="ignore"):
                 follow[:] = np.where(binding & (load_nu < 0), -load_mu / load_nu, 0.0)
             guess[:] = nu
@@ -326,23 +329,38 @@ class Model:
             gap_now = float(np.sum(spend)) / self.budget - 1.0
             seen["mu_beyond"] = -gap_now * self.budget / slope if slope < 0 else 0.0
             seen["follow"] = follow.copy()
+            seen["gap"] = gap_now
             return (
                 np.array([float(np.sum(spend)) / self.budget - 1.0]),
                 np.array([mu * slope / self.budget]),
             )
 
-        x, where, _ = decreasing_roots(
+        x, where, above = decreasing_roots(
             gap,
             np.array([np.log(mu_lo)]),
             np.array([np.log(mu_hi)]),
             np.array([np.log(start)]),
             np.array([self.tolerance]),
         )
-        if where[0] == 2:
-            raise UnresolvedError
+        # Where the spend jumps across the budget between two floats of mu: in a wider box
+        # the jump need not be the problem's (a host held at its box's edge), and its foot
+        # is the next centre; in a final box the end nearer the budget will do if float64
+        # leaves it within the budget's tolerance (a steep spend: one float of mu moving
+        # it by ~1e-11), else a page on its ramp holds the root: the direct solver mixes.
+        everywhere = np.ones(1, dtype=bool)
+        if where[0] == 2 and self.c.final[0]:
+            gap(above, everywhere)
+            high = seen["gap"]
+            assert isinstance(high, float)
+            if abs(high) <= 0.5 * TOLERANCE:
+                x = above
         mu = float(np.exp(x[0]))
         if mu != seen.get("mu"):
-            gap(x, np.ones(1, dtype=bool))
+            gap(x, everywhere)
+        near = seen["gap"]
+        assert isinstance(near, float)
+        if where[0] == 2 and self.c.final[0] and abs(near) > 0.5 * TOLERANCE:
+            raise UnresolvedError
         state, nu, load_nu, slope = seen["state"], seen["nu"], seen["load_nu"], seen["slope"]
         follow_mu, spend_nu = seen["follow"], seen["nu_s"]
         assert isinstance(spend_nu, np.ndarray)
@@ -356,7 +374,7 @@ class Model:
             mu,
             nu,
             host_clamped,
-            bool(where[0] != 0),
+            bool(where[0] in (-1, 1)),
             load_nu,
             slope,
             follow_mu,
@@ -407,8 +425,13 @@ class Model:
         worst = k[9] * e**3 + 3 * k[10] * d * e * e + 3 * k[11] * d * d * e + k[12] * d**3
         worst_spend = k[10] * e**3 + 3 * k[11] * d * e * e + 3 * k[12] * d * d * e + k[13] * d**3
         with np.errstate(divide="ignore", invalid="ignore"):
-            fourth = np.nan_to_num(third * third / second)
-            fourth_spend = np.nan_to_num(third_spend * third_spend / second_spend)
+            # the series' ratio third / second, taken at most 1: where the second-order
+            # terms cancel (second ~ 0) the ratio says nothing, and inf would make the
+            # error (and every box after it) the largest float
+            fourth = np.nan_to_num(third * third / np.maximum(second, np.abs(third)))
+            fourth_spend = np.nan_to_num(
+                third_spend * third_spend / np.maximum(second_spend, np.abs(third_spend))
+            )
             load = 0.5 * np.abs(third) + 0.05 * worst + fourth
             spend = 0.5 * np.abs(third_spend) + 0.05 * worst_spend + fourth_spend
             own = np.where(load_nu < 0, load / -load_nu, 0.0)

@@ -82,7 +82,7 @@ class _HostSolver:
         self.nu_slope = np.zeros(n_hosts)
         self._subset_key: bytes = b""
         self._subset: tuple[NDArray[Any], ...] = ()
-        self._bounds_key: bytes = b"-"
+        self._bounds_key: bytes | None = None  # no key: packbits may give any byte string
         self._bounds: tuple[FloatArray, FloatArray] = (np.zeros(0), np.zeros(0))
 
     def page_frequencies(

@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, seed, settings
@@ -23,9 +25,15 @@ from models.allocation.freshness import (
     priority,
 )
 from models.allocation.local import DIRECT_PAGES, _LocalSolver, _start, solve_local
-from models.allocation.model import UnresolvedError
+from models.allocation.model import MOMENTS, BoundaryPages, Centres, Model, UnresolvedError
 from models.allocation.refresh import Pages
-from models.allocation.solver import fresh_values, page_scale, solve_direct
+from models.allocation.solver import (
+    TOLERANCE,
+    _HostSolver,
+    fresh_values,
+    page_scale,
+    solve_direct,
+)
 from models.allocation.table import inverse_of
 from models.estimation.synthetic import allocation_web
 
@@ -348,9 +356,17 @@ def web_problem(n, n_hosts, seed=7, objective=FRESHNESS, budget_share=0.2):
 
 
 def assert_same_answer(problem, local, direct):
-    """Two solutions of one problem agree to the solvers' precision, and are feasible."""
+    """Two solutions of one problem agree to the solvers' precision, and are feasible.
+
+    The multipliers agree as far as the budget pins them: both solvers meet it to
+    ``TOLERANCE`` relative, so they may differ by 2 TOLERANCE B / |d spend / d mu| (hosts
+    following mu), doubled for margin; where every page's host binds the spend hardly moves
+    with mu, and that bound is above the 1e-8 kept elsewhere.
+    """
     p = problem
-    assert local.multiplier == pytest.approx(direct.multiplier, rel=1e-8)
+    slope = _HostSolver(p, page_scale(p)).evaluate(direct.multiplier).slope
+    pinned = 4 * TOLERANCE * p.budget / (direct.multiplier * abs(slope))
+    assert local.multiplier == pytest.approx(direct.multiplier, rel=max(1e-8, pinned))
     np.testing.assert_allclose(local.frequencies, direct.frequencies, rtol=1e-7, atol=1e-9)
     spent = float(np.sum(p.costs * local.frequencies))
     assert spent == pytest.approx(p.budget, rel=1e-10)
@@ -375,25 +391,31 @@ def run_local(problem, perturb=None):
 
 
 @st.composite
-def local_problems(draw):
-    n = draw(st.integers(40, 400))
-    n_hosts = draw(st.integers(1, 8))
+def local_problems(draw, crowded=False):
+    """A small web and a start off by up to 2x in mu and in every host's nu. ``crowded``:
+    100-200 pages on 6-8 hosts at a large budget, where several hosts bind with a page on
+    their give-up ramp (the draws the session-14 find came from)."""
+    if crowded:
+        n, n_hosts = draw(st.integers(100, 200)), draw(st.integers(6, 8))
+        share, objective = draw(st.floats(0.3, 0.5)), FRESHNESS
+    else:
+        n, n_hosts = draw(st.integers(40, 400)), draw(st.integers(1, 8))
+        share = draw(st.floats(0.05, 0.5))
+        objective = draw(st.sampled_from([FRESHNESS, AGE, CHANGE_CAPTURE]))
     seed = draw(st.integers(0, 10_000))
-    share = draw(st.floats(0.05, 0.5))
-    objective = draw(st.sampled_from([FRESHNESS, AGE, CHANGE_CAPTURE]))
-    tilt = draw(st.floats(0.9, 1.1)), draw(st.floats(0.7, 1.3))
+    tilt = 2.0 ** draw(st.floats(-1.0, 1.0)), 2.0 ** draw(st.floats(-1.0, 1.0))
     return web_problem(n, n_hosts, seed, objective, share), tilt
 
 
-# 30 examples (60 cost 3.6 s per model pass); its finds are regression tests below. The
-# same 30 random draws on every run (a fixed seed; derandomize=True draws only tiny
-# problems): a find that is not fixed yet (below, xfail) must not fail an unrelated
-# change's CI by chance; search wider by hand with another seed.
-@seed(20261204)
-@settings(max_examples=30, deadline=None)
-@given(local_problems())
-def test_local_models_reach_the_direct_answer_from_a_rough_start(case):
-    problem, (tilt_mu, tilt_nu) = case
+#: Examples of each property test below (~40 ms each). The same random draws on every run
+#: (a fixed seed; derandomize=True draws only tiny problems), so a find cannot fail an
+#: unrelated change's CI by chance; search wider by hand with more examples (this
+#: variable: 2,000 each passed in session 15) and another seed. Finds are regression
+#: tests below.
+LOCAL_EXAMPLES = int(os.environ.get("RECRAWL_LOCAL_EXAMPLES", "60"))
+
+
+def _reaches_the_direct_answer(problem, tilt_mu, tilt_nu):
     direct = solve_direct(problem, page_scale(problem))
     if not 0 < direct.multiplier < np.inf:
         return  # the budget does not bind: the local solver is not asked
@@ -406,6 +428,22 @@ def test_local_models_reach_the_direct_answer_from_a_rough_start(case):
     assert_same_answer(problem, local, direct)
 
 
+@seed(20261204)
+@settings(max_examples=LOCAL_EXAMPLES, deadline=None)
+@given(local_problems())
+def test_local_models_reach_the_direct_answer_from_a_rough_start(case):
+    problem, (tilt_mu, tilt_nu) = case
+    _reaches_the_direct_answer(problem, tilt_mu, tilt_nu)
+
+
+@seed(20261205)
+@settings(max_examples=LOCAL_EXAMPLES, deadline=None)
+@given(local_problems(crowded=True))
+def test_local_models_settle_where_hosts_bind_on_their_ramps(case):
+    problem, (tilt_mu, tilt_nu) = case
+    _reaches_the_direct_answer(problem, tilt_mu, tilt_nu)
+
+
 def test_a_host_mixed_across_its_capacity_keeps_the_budget_exact():
     # Regression (found by the property test above): a host whose root lies on a page's
     # ramp below phi's limit gets its ramp pages mixed to fill its capacity exactly; the
@@ -416,19 +454,77 @@ def test_a_host_mixed_across_its_capacity_keeps_the_budget_exact():
     assert_same_answer(problem, local, solve_direct(problem, page_scale(problem)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known (session 14): from mu 6% above its root the local models cycle and never "
-    "settle (also with twice the refreshes); solve_local falls back to the direct solver",
-)
-def test_a_start_six_percent_high_settles():
-    # Found by the property test above (random draws, before it was derandomized). From the
-    # reduced problem's own start the local models settle on the direct answer (checked
-    # here first); from mu x 1.0625 they do not.
+@pytest.mark.parametrize("tilt", [1.0625, 0.94])
+def test_a_start_six_percent_off_settles(tilt):
+    # Found by the property test above (session 14). From mu x 1.0625 the local models
+    # cycled: a host whose root lay on a page's ramp (mixed across its capacity) was given
+    # no d nu / d mu, so its next box was not sheared along mu and it was held at the box's
+    # edge as soon as mu moved; held hosts move alone, with boxes sized for mu's own small
+    # error rather than for the free pages' box mu may still cross, and two such hosts took
+    # turns being held while mu crept 0.1% a refresh. From mu x 0.94 the first box's model
+    # jumped across the budget (a host held at its box's edge) and the solver gave up,
+    # although the jump was the box's, not the problem's.
     problem = web_problem(134, 8, seed=614, budget_share=0.484375)
     direct = solve_direct(problem, page_scale(problem))
     assert_same_answer(problem, run_local(problem), direct)
-    assert_same_answer(problem, run_local(problem, lambda mu, nu: (mu * 1.0625, nu)), direct)
+    assert_same_answer(problem, run_local(problem, lambda mu, nu: (mu * tilt, nu)), direct)
+
+
+def test_a_third_order_term_over_a_vanishing_second_keeps_the_error_finite():
+    # Found in session 15 (a crowded draw, before the fix of the root between two floats
+    # below made that draw settle another way). Where a slot's second-order terms vanish or
+    # cancel, the error's fourth-order estimate third^2 / second was inf, taken as the
+    # largest float: every host's box became as wide as allowed, the answer was never
+    # final, and the same host refresh repeated until the refreshes ran out. The series'
+    # ratio is taken at most 1: the fourth-order term at most the third's size.
+    moments = np.zeros((MOMENTS, 1))
+    moments[13, 0] = 1.0  # the spend is cubic in mu - mu_c, with no second-order term
+    none = np.zeros(0)
+    boundary = BoundaryPages(none.astype(np.intp), none, none, none, none, none, none)
+    centres = Centres(
+        np.ones(1), np.zeros(1), np.full(1, 0.2), np.zeros(1), np.zeros(1), np.zeros(1, bool)
+    )
+    model = Model(centres, moments, boundary, np.full(1, np.inf), 1.0, inverse_of(FRESHNESS), 1e-10)
+    _, spend_error = model._truncation(1.1, np.zeros(1), np.zeros(1), np.zeros(1))
+    third = 0.1**3  # the cubic's value at mu - mu_c = 0.1
+    # half the estimate, a twentieth of its worst case, and a fourth term of at most third
+    assert spend_error == pytest.approx(0.5 * third + 0.05 * third + third, rel=1e-12)
+
+
+def test_a_budget_root_between_two_floats_within_tolerance_is_taken():
+    # Found by the crowded property test (session 15). The spend falls so steeply at the
+    # root (d gap / d log mu ~ -8e4) that one float of mu moves it by 1.7e-11: the model
+    # cannot meet its own 1e-12, but the float nearer the budget is within the 1e-11 the
+    # answer is checked to, and is the answer (it was an UnresolvedError: direct solve).
+    problem = web_problem(200, 6, seed=3143, budget_share=0.4107883333667889)
+    direct = solve_direct(problem, page_scale(problem))
+    local = run_local(problem, lambda mu, nu: (mu * 0.8137148569235301, nu * 1.1891803373058705))
+    assert_same_answer(problem, local, direct)
+
+
+def test_where_every_page_s_host_binds_the_multiplier_is_pinned_only_so_far():
+    # Found by a wide draw (session 15): all three hosts bind, so the spend hardly moves
+    # with mu (d spend / d mu = -15 at mu = 0.0034, B = 139); the two solvers' multipliers
+    # differ by 1.9e-8 relative, inside the 1.1e-7 the budget's tolerance allows, with the
+    # frequencies equal to 1.3e-10.
+    problem = web_problem(256, 3, seed=4509, objective=AGE, budget_share=0.49578536859964917)
+    direct = solve_direct(problem, page_scale(problem))
+    local = run_local(problem, lambda mu, nu: (mu * 1.8662415285374523, nu * 0.530233474588548))
+    assert_same_answer(problem, local, direct)
+
+
+def test_hosts_two_four_five_and_seven_of_eight_binding_first():
+    # Found by the property test's check (session 15): the direct solver caches the
+    # binding hosts' bounds under the binding set's packed bits, and began with the key
+    # b"-", which is hosts 2, 4, 5 and 7 of 8 (0b00101101): a first evaluation binding
+    # exactly those read empty bounds (a ValueError from np.clip).
+    problem = web_problem(129, 8, seed=7694, budget_share=0.43356477566738155)
+    direct = solve_direct(problem, page_scale(problem))
+    binding = np.flatnonzero(direct.host_multipliers > 0)
+    assert np.packbits(direct.host_multipliers > 0).tobytes() == b"-", binding
+    point = _HostSolver(problem, page_scale(problem)).evaluate(direct.multiplier)
+    # each binding host solved to TOLERANCE (1e-11) on its load again, from a cold start
+    np.testing.assert_allclose(point.frequencies, direct.frequencies, rtol=1e-9, atol=1e-12)
 
 
 def test_an_overflowing_error_estimate_widens_the_box():
