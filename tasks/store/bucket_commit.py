@@ -493,7 +493,7 @@ def commit_bucket(
             pa.array(order >= m),
             both(prior["last_at"].combine_chunks(), staged["fetched_at"]),
             pa.array(order - m, pa.int64()),  # the staged row (negative: a prior row)
-            both(pa.array([PRIOR_OUTCOME] * m, pa.string()), staged["outcome"]),
+            both(pa.repeat(pa.scalar(PRIOR_OUTCOME, pa.string()), m), staged["outcome"]),
             both(prior["record_hash"].combine_chunks(), staged["record_hash"]),
             both(pa.nulls(m, pa.bool_()), staged["changed"]),
             both(pa.nulls(m, pa.float64()), staged["interval_days"]),
