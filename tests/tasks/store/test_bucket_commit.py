@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tasks.store.bucket_commit as bucket_commit
@@ -83,11 +83,16 @@ def test_the_walk_order_is_lexsorts(rows):
 _PARTS = st.lists(st.lists(st.integers(0, 40), max_size=12), max_size=12)
 
 
-@given(_PARTS, st.integers(1, 30), st.integers(1, 5))
-def test_staged_rows_give_each_bucket_its_rows_part_by_part(parts, batch_rows, buckets):
+@settings(deadline=None)  # a file written and mapped per example: no timing asserted
+@given(_PARTS, st.integers(1, 30), st.integers(1, 5), st.sampled_from([0, 3_000, 1 << 30]))
+def test_staged_rows_give_each_bucket_its_rows_part_by_part(
+    parts, batch_rows, buckets, memory_bytes
+):
     """However many parts a written batch holds (``batch_rows``; empty parts too), a
     bucket's staged rows are each part's rows of the bucket's pages in page-hash order
-    (stably), part after part: what staging one batch a part gave."""
+    (stably), part after part: what staging one batch a part gave. The same whether the
+    batches are all written to the file (no memory budget), held until the budget is
+    passed and then written with the rest (3,000 bytes: a few batches), or all held."""
     tables = []
     for number, ids in enumerate(parts):
         rows = len(ids)
@@ -103,10 +108,16 @@ def test_staged_rows_give_each_bucket_its_rows_part_by_part(parts, batch_rows, b
         columns["bytes"] = pa.array(np.arange(rows) + 100 * number, pa.int64())  # the row
         tables.append(pa.table(columns).cast(HISTORY_SCHEMA))
     with tempfile.TemporaryDirectory() as folder:
-        staged = StagedRows(Path(folder) / "staged.arrow", batch_rows=batch_rows)
+        path = Path(folder) / "staged.arrow"
+        staged = StagedRows(path, batch_rows=batch_rows, memory_bytes=memory_bytes)
         for table in tables:
             staged.append(table)
         assert staged.rows == sum(len(ids) for ids in parts)
+        staged.close()
+        if memory_bytes > 1 << 20:  # everything held: the scratch file is never written
+            assert not path.exists()
+        elif memory_bytes == 0 and staged.rows:
+            assert path.exists()
         for bucket in range(buckets):
             expected = []
             for table in tables:

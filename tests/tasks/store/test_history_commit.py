@@ -291,6 +291,7 @@ _MEASURE = textwrap.dedent(
     root = Path(sys.argv[1])
     history.COMMIT_BATCH_ROWS = 2048
     history.COMMIT_BUCKET_ROWS = 5000  # both cycles span several buckets of pages
+    history.COMMIT_STAGED_BYTES = 1 << 20  # scaled down too: both write their scratch file
     store = HistoryStore(root)
 
     def status_kb(field):  # not ru_maxrss: it starts at the forking parent's RSS
@@ -334,7 +335,8 @@ def _arrow_peak(root: Path, pages: int, parts: int) -> dict[str, int]:
 def test_commit_memory_does_not_grow_with_the_cycle(tmp_path):
     """Arrow's peak allocation while a cycle of 10 or 40 parts of 2,000 rows is staged and
     committed is one bucket of pages (``COMMIT_BUCKET_ROWS``, 5,000 rows here: 4 and 16
-    buckets), whatever the cycle's size, and the process's peak RSS barely grows. The
+    buckets) and the staged rows held in memory (``COMMIT_STAGED_BYTES``, 1 MB here),
+    whatever the cycle's size, and the process's peak RSS barely grows. The
     commit before issue 8 (the cycle as Arrow tables) measured 1.9x the Arrow peak and
     +100 MB of RSS for the larger cycle. The sizes are the point: with fewer rows the old
     commit's growth nears the bounds below (+100 MB for 60,000 more rows against < 60 MB)."""
