@@ -347,6 +347,14 @@ def _dot_rows(weights: FloatArray, rows: FloatArray) -> FloatArray:
     return np.asarray(np.einsum("ij,kj->ik", weights, np.ascontiguousarray(rows)))
 
 
+def weighted_total(weights: FloatArray, values: FloatArray) -> float:
+    """``sum_i weights_i values_i`` in this thread (numpy's einsum), not by ``np.dot``: at
+    tens of thousands of entries OpenBLAS's ``ddot`` wakes its threads, which then spin
+    (measured: ~16 ms of CPU a call at 50,000 entries, against ~0.1 ms summed here); its
+    rounding also depends on that thread count, this one does not."""
+    return float(np.einsum("i,i->", weights, values))
+
+
 def histogram_moments(
     weights: FloatArray, top: FloatArray, prior: FloatArray, grid: FloatArray
 ) -> tuple[FloatArray, FloatArray, FloatArray]:

@@ -399,7 +399,7 @@ def fit_mixture_prior(
             # are in closed form): each row is the same, built alone or with all groups
             rows = grid_kernels.GammaRows.of(a[busy_groups], b[busy_groups], _GRID)
             marginal = pages.log_marginal_of(a, b, codes, rows, busy_row)
-            return -float(np.dot(w, marginal))
+            return -grid_kernels.weighted_total(w, marginal)
 
         best = optimize.minimize_scalar(
             loss, bounds=(np.log(0.05), np.log(50.0)), method="bounded", options={"xatol": 0.05}
