@@ -577,6 +577,19 @@ def _log_changed(days: FloatArray, weight: FloatArray) -> FloatArray:
 def _busy_loglik(stats: IntervalStats, busy: IntArray) -> FloatArray:
     """The log-likelihoods on the grid of the pages ``busy`` (sorted positions, each with a
     censored changed interval): ``(pages, grid)``."""
+    return _busy_grid(stats, busy, None)
+
+
+def _busy_weights(stats: IntervalStats, busy: IntArray) -> tuple[FloatArray, FloatArray]:
+    """``grid_kernels.grid_weights(_busy_loglik(stats, busy), in_place=True)``: the same
+    numbers, each block of rows turned into weights while it is in the cache."""
+    top = np.empty(busy.shape[0])
+    return top, _busy_grid(stats, busy, top)
+
+
+def _busy_grid(stats: IntervalStats, busy: IntArray, top: FloatArray | None) -> FloatArray:
+    """``_busy_loglik``, or with ``top`` (one entry per busy page) its grid weights, each
+    row's maximum written into ``top``."""
     aged, aged_days = stats.ages()
     exposure = stats.unchanged_days[busy] + aged_days[busy]
     if busy.shape[0] == 0:
@@ -588,12 +601,18 @@ def _busy_loglik(stats: IntervalStats, busy: IntArray) -> FloatArray:
     if busy.shape[0] < stats.size and (rows < 0).any():  # some pages' rows only
         keep = rows >= 0
         rows, days, weight = rows[keep], days[keep], weight[keep]
+    busy_aged = aged[busy]
+    with_age = bool(busy_aged.any())
+
+    def finish(lo: int, hi: int, block: FloatArray) -> None:
+        block -= exposure[lo:hi, None] * _RATE[None, :]
+        if with_age:
+            block += busy_aged[lo:hi, None] * _GRID[None, :]
+        if top is not None:
+            top[lo:hi] = grid_kernels.grid_weights(block, in_place=True)[0]
+
     # w log(1 - exp(-t r)) from a table (grid_kernels: within 1.4e-9 per interval)
-    loglik = grid_kernels.changed_loglik(rows, days, weight, busy.shape[0], _GRID)
-    loglik -= exposure[:, None] * _RATE[None, :]
-    if aged[busy].any():
-        loglik += aged[busy, None] * _GRID[None, :]
-    return loglik
+    return grid_kernels.changed_loglik(rows, days, weight, busy.shape[0], _GRID, finish=finish)
 
 
 @dataclass(frozen=True)
@@ -616,17 +635,25 @@ class _PageGrid:
 
     @classmethod
     def build(cls, stats: IntervalStats) -> _PageGrid:
-        return cls.of(stats, _busy_loglik)
+        return cls.of(stats, _busy_loglik, _busy_weights)
 
     @classmethod
     def of(
-        cls, stats: IntervalStats, busy_loglik: Callable[[IntervalStats, IntArray], FloatArray]
+        cls,
+        stats: IntervalStats,
+        busy_loglik: Callable[[IntervalStats, IntArray], FloatArray],
+        busy_weights: Callable[[IntervalStats, IntArray], tuple[FloatArray, FloatArray]]
+        | None = None,
     ) -> _PageGrid:
-        """The grid of ``stats``' pages, their busy rows' log-likelihoods from ``busy_loglik``."""
+        """The grid of ``stats``' pages, their busy rows' log-likelihoods from ``busy_loglik``
+        (their weights from ``busy_weights`` if given: the same numbers, made in one pass)."""
         aged, aged_days = stats.ages()
         quiet = stats.n_changed == 0
         busy = np.flatnonzero(~quiet)
-        weights = grid_kernels.grid_weights(busy_loglik(stats, busy), in_place=True)
+        if busy_weights is not None:
+            weights = busy_weights(stats, busy)
+        else:
+            weights = grid_kernels.grid_weights(busy_loglik(stats, busy), in_place=True)
 
         def rows_loglik(at: IntArray) -> FloatArray:
             return busy_loglik(stats, busy[at])
