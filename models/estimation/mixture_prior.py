@@ -539,15 +539,27 @@ def _group_levels(
         pooled(part.changed_sum_sq),
         pooled(part.changed_sum_cube),
     )
-    loglik = (
-        _log_changed(t1, w1) + _log_changed(t2, w2) - pooled(part.unchanged_days)[:, None] * _RATE
-    )
+    unchanged = pooled(part.unchanged_days)
     informed = pooled(part.n_intervals) > 0
+    # A group with nothing pooled (no sampled page, or none weighted) has the log-likelihood
+    # 0 at every grid point (its quadrature weights are 0), so the likelihood 1: only the
+    # others' are computed (a sampled fit of 100,000 groups pools at most 50,000 pages).
+    live = (n_changed != 0) | (unchanged != 0)
+    aged = aged_days = None
     if part.aged_count is not None and part.aged_days is not None:
-        aged = pooled(part.aged_count)
-        loglik += aged[:, None] * _GRID - pooled(part.aged_days)[:, None] * _RATE
+        aged, aged_days = pooled(part.aged_count), pooled(part.aged_days)
         informed |= aged > 0
-    likelihood = np.exp(loglik - loglik.max(axis=1, keepdims=True))
+        live |= (aged != 0) | (aged_days != 0)
+    rows = np.flatnonzero(live)
+    loglik = (
+        _log_changed(t1[rows], w1[rows])
+        + _log_changed(t2[rows], w2[rows])
+        - unchanged[rows, None] * _RATE
+    )
+    if aged is not None and aged_days is not None:
+        loglik += aged[rows, None] * _GRID - aged_days[rows, None] * _RATE
+    likelihood = np.ones((n_groups, _GRID.shape[0]))
+    likelihood[rows] = np.exp(loglik - loglik.max(axis=1, keepdims=True))
     prior = level_prior
     # With no informed group (a first cycle whose every page dates its last change beyond
     # the first-age horizon leaves exposure only) the distribution has nothing to learn
