@@ -626,9 +626,12 @@ def quiet_fresh_share(
     values, diffs = table.values32()
     out = np.empty(n)
     again = []
+    block = np.empty((min(n, _BLOCK), grid.shape[0]), dtype=np.float32)
     for lo in range(0, n, _BLOCK):
         hi = min(lo + _BLOCK, n)
-        weights = np.multiply.outer(exposure[lo:hi], step_back).astype(np.float32)
+        # the product in float64, rounded once into float32 (no float64 block in between)
+        weights = block[: hi - lo]
+        np.multiply(exposure[lo:hi, None], step_back, out=weights, dtype=np.float64)
         np.exp(weights, out=weights)
         at = table.base[lo:hi]
         u_rows = diffs[at]
