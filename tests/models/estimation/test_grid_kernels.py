@@ -7,6 +7,7 @@ the table's interpolation error implies.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -353,3 +354,16 @@ def test_quiet_marginal_per_group_is_the_per_page_one() -> None:
     got = grid._quiet_log_marginal_groups(shape, rate, codes)
     assert (grid.aged > 0).any() and (grid.aged == 0).any()
     np.testing.assert_array_equal(got, want)
+
+
+def test_weighted_total_is_the_sum_within_rounding() -> None:
+    """The shape loss's sum (einsum in this thread, not BLAS): within the rounding of n
+    products and additions, ``n eps sum |w x|``, of the exactly rounded sum."""
+    rng = np.random.default_rng(12)
+    w = rng.uniform(0.0, 1.0, 50_000)
+    x = -rng.lognormal(2.0, 2.0, w.shape[0])
+    got = grid_kernels.weighted_total(w, x)
+    want = math.fsum((w * x).tolist())
+    bound = w.shape[0] * np.finfo(np.float64).eps * float(np.abs(w * x).sum())
+    assert abs(got - want) <= bound
+    assert grid_kernels.weighted_total(w, x) == got  # the same every call
