@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize
 
+from models.estimation import grid_kernels
 from models.estimation.gamma_core import MAX_RATE, rate_cap
 from models.estimation.mixture_prior import (
     _FLOOR,
@@ -192,7 +193,8 @@ class MixtureShard:
             float(np.exp(log_shape)), self.group_log_rate, self.group_log_var
         )
         grid = self._grid()
-        return -float(np.dot(self.regular, grid.log_marginal(a[self.codes], b[self.codes])))
+        marginal = grid.log_marginal(a[self.codes], b[self.codes])
+        return -grid_kernels.weighted_total(self.regular, marginal)
 
     def odd_sum(self, web: WebPrior) -> float:
         """The sampled pages' odd probabilities under ``web`` (kept: ``regular``), summed."""

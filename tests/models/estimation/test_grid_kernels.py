@@ -7,6 +7,9 @@ the table's interpolation error implies.
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scipy import special
@@ -263,6 +266,70 @@ def test_changed_loglik_writes_in_place_the_same_numbers() -> None:
     np.testing.assert_array_equal(got, want)
 
 
+def test_changed_loglik_finishes_each_block_as_a_pass_after_it() -> None:
+    """``finish`` on each block of complete rows (in place, in the cache): the same numbers
+    as the same operations in passes over the whole result, on both paths (nodes row by
+    row, several ranks; and shuffled)."""
+    rng = np.random.default_rng(10)
+    n_rows = 2_500  # not a multiple of the block
+    rows = np.sort(np.r_[np.arange(n_rows), rng.integers(0, n_rows, 1_800)])
+    days = np.exp(rng.uniform(np.log(1e-3), np.log(300.0), rows.shape[0]))
+    weight = rng.uniform(0.0, 10.0, rows.shape[0])
+    exposure = rng.uniform(0.0, 50.0, n_rows)
+
+    def passes(loglik: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        loglik -= exposure[:, None] * RATE[None, :]
+        return grid_kernels.grid_weights(loglik, in_place=True)
+
+    want_top, want = passes(grid_kernels.changed_loglik(rows, days, weight, n_rows, GRID))
+    shuffle = np.lexsort((np.arange(rows.shape[0]), rng.permutation(n_rows)[rows]))
+    for order in (np.arange(rows.shape[0]), shuffle):
+        top = np.full(n_rows, np.nan)
+        seen: list[tuple[int, int]] = []
+
+        def finish(
+            lo: int,
+            hi: int,
+            block: np.ndarray,
+            top: np.ndarray = top,
+            seen: list[tuple[int, int]] = seen,
+        ) -> None:
+            seen.append((lo, hi))
+            block -= exposure[lo:hi, None] * RATE[None, :]
+            top[lo:hi] = grid_kernels.grid_weights(block, in_place=True)[0]
+
+        got = grid_kernels.changed_loglik(
+            rows[order], days[order], weight[order], n_rows, GRID, finish=finish
+        )
+        assert [lo for lo, _ in seen] == list(range(0, n_rows, 1024))
+        assert seen[-1][1] == n_rows
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(top, want_top)
+
+
+def test_page_grid_weights_are_its_log_likelihoods_weights() -> None:
+    """``_PageGrid.build`` makes its busy pages' weights block by block: the same numbers
+    as ``grid_weights`` of their log-likelihoods, with and without trusted ages, for pages
+    with one node and with two."""
+    moments, _ = _moments(5_000)
+    rng = np.random.default_rng(11)
+    aged = np.where(rng.random(moments.size) < 0.3, rng.integers(1, 4, moments.size), 0)
+    aged_moments = replace(
+        moments,
+        aged_count=aged.astype(np.float64),
+        aged_days=aged * rng.uniform(0.5, 20.0, moments.size),
+    )
+    for m in (moments, aged_moments):
+        stats = m.to_stats()
+        busy = np.flatnonzero(stats.n_changed > 0)
+        nodes = np.bincount(stats.node_page, minlength=stats.size)[busy]
+        assert (nodes == 1).any() and (nodes == 2).any()
+        top, weights = mp._PageGrid.build(stats).busy_weights
+        want_top, want = grid_kernels.grid_weights(mp._busy_loglik(stats, busy), in_place=True)
+        np.testing.assert_array_equal(weights, want)
+        np.testing.assert_array_equal(top, want_top)
+
+
 def test_quiet_marginal_per_group_is_the_per_page_one() -> None:
     """Each group's ``log b`` and ``log Gamma(a)`` taken once: the same numbers as per page,
     with and without trusted ages (``a + 0`` is ``a``)."""
@@ -287,3 +354,16 @@ def test_quiet_marginal_per_group_is_the_per_page_one() -> None:
     got = grid._quiet_log_marginal_groups(shape, rate, codes)
     assert (grid.aged > 0).any() and (grid.aged == 0).any()
     np.testing.assert_array_equal(got, want)
+
+
+def test_weighted_total_is_the_sum_within_rounding() -> None:
+    """The shape loss's sum (einsum in this thread, not BLAS): within the rounding of n
+    products and additions, ``n eps sum |w x|``, of the exactly rounded sum."""
+    rng = np.random.default_rng(12)
+    w = rng.uniform(0.0, 1.0, 50_000)
+    x = -rng.lognormal(2.0, 2.0, w.shape[0])
+    got = grid_kernels.weighted_total(w, x)
+    want = math.fsum((w * x).tolist())
+    bound = w.shape[0] * np.finfo(np.float64).eps * float(np.abs(w * x).sum())
+    assert abs(got - want) <= bound
+    assert grid_kernels.weighted_total(w, x) == got  # the same every call

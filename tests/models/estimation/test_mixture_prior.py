@@ -245,3 +245,35 @@ def test_a_fast_group_seen_only_at_long_intervals_is_planned_at_a_rate_it_may_ha
     # centre of a posterior spread evenly (in log) from there to 100 a day
     assert np.all(rate[fast] < 0.5 * centre[fast])
     assert np.all(rate[fast] > 1 / 30)
+
+
+@pytest.mark.parametrize("with_ages", [False, True])
+def test_group_levels_of_groups_without_pages_are_the_level_prior(with_ages: bool) -> None:
+    """Groups with nothing pooled (no page, or pages weighted 0) are skipped when the
+    likelihood is built (it is 1 on the grid): they take the level distribution's own
+    mean and variance, and the groups with pages get the same numbers as without them."""
+    moments, group, _, _, _ = grouped_web(seed=4, groups=40, per_group=10)
+    part = mixture_prior._level_data(moments, slice(None), None)
+    if with_ages:
+        rng = np.random.default_rng(4)
+        count = rng.integers(0, 3, moments.size).astype(np.float64)
+        part = mixture_prior.DecayedMoments(
+            *part.arrays(), aged_count=count, aged_days=count * rng.uniform(1.0, 9.0, count.size)
+        )
+    weight = np.where(group == 7, 0.0, 0.9)  # group 7's pages weigh nothing
+    flat = np.full(mixture_prior._GRID.shape[0], 1.0 / mixture_prior._GRID.shape[0])
+    # 25 groups without a page between and after the others (codes 40..64 unused by pages)
+    spread_codes = np.where(group < 20, group, group + 25)
+    mean, var, prior = mixture_prior._group_levels(part, spread_codes, weight, 65, flat)
+    alone = mixture_prior._group_levels(part, group, weight, 40, flat)
+    with_pages = np.r_[0:7, 8:20, 45:65]
+    np.testing.assert_array_equal(mean[with_pages], np.delete(alone[0], 7))
+    np.testing.assert_array_equal(var[with_pages], np.delete(alone[1], 7))
+    np.testing.assert_array_equal(prior, alone[2])
+    post = prior / prior.sum()
+    centre = float(post @ mixture_prior._GRID)
+    empty = np.r_[7, 20:45]
+    np.testing.assert_allclose(mean[empty], centre, rtol=0, atol=1e-12)
+    want_var = float(post @ mixture_prior._GRID**2) - centre**2
+    np.testing.assert_allclose(var[empty], want_var, rtol=1e-12)
+    assert np.isfinite(mean).all() and np.isfinite(var).all()
