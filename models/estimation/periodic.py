@@ -48,6 +48,7 @@ Pure numpy: no I/O; every function is vectorized over pages.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,6 +64,8 @@ PERIODS: IntArray = np.arange(2, 31, dtype=np.int64)
 #: stands for a page's Poisson fit (1.35x apart: the best is within ~0.01 nats an
 #: observation of the fit's maximum).
 RATE_GRID: FloatArray = np.geomspace(1e-3, 10.0, 32)
+#: Rows :meth:`PhaseHistory.from_rows` works on at a time.
+CHUNK_ROWS = 1 << 18
 
 
 class PeriodicInputError(ValueError):
@@ -179,12 +182,22 @@ class PhaseHistory:
             raise PeriodicInputError("observation pages must index the pages")
         order = np.argsort(page, kind="stable")
         sorted_pages = page[order]
+        b0, b1 = np.asarray(start)[order], np.asarray(end)[order]
+        days, hit = np.asarray(interval_days)[order], np.asarray(changed)[order]
         starts = np.r_[0, np.flatnonzero(np.diff(sorted_pages)) + 1]
-        rows = sorted_pages[starts]
-        allowed = interval_masks(start, end, changed)[order]
-        out.masks[rows] = np.bitwise_and.reduceat(allowed, starts, axis=0)
-        ll = poisson_loglik(interval_days, changed)[order]
-        out.loglik[rows] = np.add.reduceat(ll, starts, axis=0)
+        # a few pages' rows at a time (whole pages: ~CHUNK_ROWS rows), so the per-row
+        # masks and log-likelihoods (488 bytes a row) stay small whatever the history
+        bounds = starts[np.searchsorted(starts, np.arange(0, page.shape[0], CHUNK_ROWS))]
+        bounds = np.unique(np.r_[bounds, page.shape[0]])
+        for lo, hi in itertools.pairwise(bounds):
+            first = starts[(starts >= lo) & (starts < hi)]
+            local = first - lo
+            rows = sorted_pages[first]
+            part = slice(int(lo), int(hi))
+            allowed = interval_masks(b0[part], b1[part], hit[part])
+            out.masks[rows] = np.bitwise_and.reduceat(allowed, local, axis=0)
+            ll = poisson_loglik(days[part], hit[part])
+            out.loglik[rows] = np.add.reduceat(ll, local, axis=0)
         return out
 
 
@@ -204,6 +217,9 @@ class DetectionRule:
     min_log_odds: float = 1.5
     min_changes: int = 2
     max_phases: int = 4
+    #: pages not believed whose best period has this much evidence or more are candidates
+    #: the planner probes (``planning_outlook``; infinite: no probes)
+    probe_log_odds: float = -4.0
 
     def __post_init__(self) -> None:
         if self.min_changes < 1 or self.max_phases < 1 or not np.isfinite(self.min_log_odds):
@@ -337,11 +353,6 @@ def to_cells(days: ArrayLike, cycle_days: float = 1.0) -> FloatArray:
     return out
 
 
-#: Pages are probed when their best period's evidence is at least this (nats, as
-#: ``DetectionRule.min_log_odds``) but not yet believed.
-PROBE_LOG_ODDS = -4.0
-
-
 def planning_outlook(
     history: PhaseHistory,
     n_changed: ArrayLike,
@@ -353,14 +364,16 @@ def planning_outlook(
 ) -> PeriodicOutlook:
     """What the planner is told of periodic pages at the cycle boundary ``now``: the
     believed ones (:func:`detect`, :func:`outlook`), and the candidates: pages whose best
-    period has some support (``PROBE_LOG_ODDS``, at least ``rule.min_changes`` changes)
+    period has some support (``rule.probe_log_odds``, ``rule.min_changes`` changes or more)
     but not enough, with what that period predicts for a visit now (one home for the
     backtest's deployed planner and ``plan_cycle``; ``models.planning.select`` probes
     them)."""
     rule = rule or DetectionRule()
     believed = detect(history, n_changed, rule)
     seen = outlook(believed, last_visit, now, cycle_days=cycle_days)
-    loose = DetectionRule(PROBE_LOG_ODDS, rule.min_changes, int(PERIODS.max()))
+    if not np.isfinite(rule.probe_log_odds):
+        return seen
+    loose = DetectionRule(rule.probe_log_odds, rule.min_changes, int(PERIODS.max()))
     maybe = detect(history, n_changed, loose)
     candidate = maybe.detected & ~believed.detected
     trial = outlook(
