@@ -214,12 +214,15 @@ class DetectionRule:
     ``max_phases`` phases are left (a window the planner's visits then narrow).
     """
 
-    min_log_odds: float = 1.5
+    min_log_odds: float = 3.0
     min_changes: int = 2
     max_phases: int = 4
     #: pages not believed whose best period has this much evidence or more are candidates
-    #: the planner probes (``planning_outlook``; infinite: no probes)
+    #: the planner probes (``planning_outlook``; infinite: no probes) ...
     probe_log_odds: float = -4.0
+    #: ... once this share of the pages with ``min_changes`` changes is believed periodic
+    #: (a web that has shown none is not worth the probes' visits)
+    probe_share: float = 0.005
 
     def __post_init__(self) -> None:
         if self.min_changes < 1 or self.max_phases < 1 or not np.isfinite(self.min_log_odds):
@@ -365,13 +368,18 @@ def planning_outlook(
     """What the planner is told of periodic pages at the cycle boundary ``now``: the
     believed ones (:func:`detect`, :func:`outlook`), and the candidates: pages whose best
     period has some support (``rule.probe_log_odds``, ``rule.min_changes`` changes or more)
-    but not enough, with what that period predicts for a visit now (one home for the
+    but not enough, with what that period predicts for a visit now, once a share of the
+    pages (``rule.probe_share``) is believed periodic (one home for the
     backtest's deployed planner and ``plan_cycle``; ``models.planning.select`` probes
     them)."""
     rule = rule or DetectionRule()
     believed = detect(history, n_changed, rule)
     seen = outlook(believed, last_visit, now, cycle_days=cycle_days)
-    if not np.isfinite(rule.probe_log_odds):
+    changes = np.asarray(n_changed)
+    shown = np.count_nonzero(believed.detected) >= rule.probe_share * np.count_nonzero(
+        changes >= rule.min_changes
+    )
+    if not np.isfinite(rule.probe_log_odds) or not shown:
         return seen
     loose = DetectionRule(rule.probe_log_odds, rule.min_changes, int(PERIODS.max()))
     maybe = detect(history, n_changed, loose)

@@ -184,7 +184,7 @@ def _allocate(
     (``Allocation.multiplier``, the value a unit of budget buys at the margin). Pages that
     clear it are pinned, best first, while their spend stays within half the budget and
     each host's pinned visits within half its capacity; the rest get the allocation's
-    frequencies for the other pages."""
+    frequencies for the other pages (and the candidates to probe stay in the outlook)."""
     hosts_cap = _per_present_host(pages.hosts, capacity) / cycle_days
     budget = due_budget / cycle_days
 
@@ -204,7 +204,7 @@ def _allocate(
     first = solve(0.0, 1.0 / cycle_days)
     per = pages.periodic
     if per is None or not (per.period > 0).any():
-        return first, None
+        return first, per  # no page to pin; the candidates to probe stay
     on = per.period > 0
     period = np.where(on, per.period, np.inf)
     worth = np.where(on, pages.value * (period - 0.5 * cycle_days) / pages.cost, 0.0)
@@ -219,7 +219,7 @@ def _allocate(
     keep = np.zeros(on.shape[0], dtype=bool)
     keep[order] = True
     if not keep.any():
-        return first, None
+        return first, per.only(keep)
     fixed = np.where(keep, 1.0 / period, 0.0)
     return solve(fixed, np.where(keep, fixed, 1.0 / cycle_days)), per.only(keep)
 

@@ -82,7 +82,7 @@ def test_rows_at_once_give_what_recording_one_by_one_gives():
 def test_poisson_pages_are_seldom_taken_for_periodic_ones():
     # 3,000 Poisson pages from one change a month to three a day, visited every 1-8 days for
     # 60 days (the intervals a planner gives them): the rule believes a period for few of
-    # them (measured: 0.6% here; the backtest's webs without periodic pages: see the report)
+    # them (measured: 0.13% here; the backtest's webs without periodic pages: see the report)
     rng = np.random.default_rng(11)
     n = 3000
     rate = np.exp(rng.uniform(np.log(1 / 30), np.log(3.0), n))
@@ -176,7 +176,11 @@ def test_an_uncertain_phase_is_probed_where_a_visit_halves_it():
     h = PhaseHistory.empty(1)
     for a, b, c in ((0, 4, True), (4, 7, False), (7, 9, False), (9, 12, True)):
         h.record(np.array([0]), [a], [b], [float(b - a)], [c])
-    rule = DetectionRule(min_log_odds=50.0)  # nothing is believed: only candidates
+    # nothing is believed: no probe on a web that has shown no periodic page ...
+    strict = DetectionRule(min_log_odds=50.0)
+    assert planning_outlook(h, [2], np.array([12.0]), 14.0, rule=strict).probe_period is None
+    # ... unless told to probe anyway
+    rule = DetectionRule(min_log_odds=50.0, probe_share=0.0)
     out = planning_outlook(h, [2], np.array([12.0]), 14.0, rule=rule)
     assert out.period[0] == 0
     assert out.probe_period is not None and out.probe_p_changed is not None
