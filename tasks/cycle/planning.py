@@ -298,6 +298,12 @@ def periodic_outlook(
     last_visit = np.full(n, np.nan)  # the page's last observed visit (a cycle id)
     np.fmax.at(last_visit, position[mine], np.asarray(rows["end_cycle"], dtype=np.float64)[mine])
     use = mine & np.asarray(rows["usable"], dtype=bool)
+    changed_at = np.bincount(
+        position[use], weights=np.asarray(rows["changed"], dtype=bool)[use], minlength=n
+    )
+    # a page with fewer changes than the rule asks for is neither believed nor probed:
+    # its rows are left out of the detector (the same outlook, for less work)
+    use &= changed_at[np.where(mine, position, 0)] >= rule.min_changes
     page = position[use].astype(np.int64)
     changed = np.asarray(rows["changed"], dtype=bool)[use]
     history = PhaseHistory.from_rows(
@@ -308,9 +314,8 @@ def periodic_outlook(
         changed,
         n,
     )
-    n_changed = np.bincount(page, weights=changed, minlength=n)
     return planning_outlook(
-        history, n_changed, last_visit, float(cycle_id), rule=rule, cycle_days=cycle_days
+        history, changed_at, last_visit, float(cycle_id), rule=rule, cycle_days=cycle_days
     )
 
 
