@@ -29,6 +29,14 @@ from models.backtest.learning import BoolArray
 from models.backtest.policies import Policy
 from models.backtest.web import FloatArray, IntArray, PublicWeb
 from models.estimation.change_rate import PriorChoice
+from models.estimation.periodic import (
+    DEFAULT_RULE,
+    DetectionRule,
+    PeriodicPages,
+    detect,
+    planning_outlook,
+    to_cells,
+)
 from models.planning.core import PlanningPages, plan_from_moments
 from models.planning.select import REASONS, Slices
 
@@ -60,6 +68,7 @@ class DeployedPlannerPolicy(Policy):
         seed: int = 0,
         name: str = "planner",
         signals: ChangeSignals | None = None,
+        periodic: DetectionRule | None = DEFAULT_RULE,
     ) -> None:
         super().__init__(web, budget)
         self.name = name
@@ -70,9 +79,22 @@ class DeployedPlannerPolicy(Policy):
         self.seed = seed
         self.prior_used: dict[str, int] = {}
         self.signals = signals
+        self.periodic = periodic
+        #: pages believed periodic, per day, and the last detection
+        self.detected_on: dict[int, int] = {}
+        self.detected: PeriodicPages | None = None
 
     def choose(self, day: int) -> IntArray:
         web = self.web
+        o = self.observations
+        periodic = None
+        if self.periodic is not None:
+            found = detect(o.phases, o.n_changed, self.periodic)
+            self.detected_on[day] = int(found.detected.sum())
+            self.detected = found
+            periodic = planning_outlook(
+                o.phases, o.n_changed, to_cells(o.last_fetch), float(day), rule=self.periodic
+            )
         cycle = plan_from_moments(
             self.observations.moments(),
             self.groups,
@@ -84,6 +106,7 @@ class DeployedPlannerPolicy(Policy):
                 change_ratio=None
                 if self.signals is None
                 else self.signals.ratios(day, self.observations.last_fetch),
+                periodic=periodic,
             ),
             self.budget,
             web.host_capacity,

@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 from models.backtest.web import BacktestInputError, FloatArray, IntArray, RateSchedule
 from models.estimation.change_rate import MAX_RATE, MIN_RATE, estimate_from_moments
 from models.estimation.mixture_prior import DecayedMoments, MixturePrior, fit_mixture_prior
+from models.estimation.periodic import PhaseHistory, to_cells
 from models.estimation.rate_data import (
     GammaPrior,
     PageAges,
@@ -77,6 +78,9 @@ class PageObservations:
         self.changed_sum = np.zeros(n_pages)
         self.changed_sum_sq = np.zeros(n_pages)
         self.changed_sum_cube = np.zeros(n_pages)
+        # the phases of each candidate period consistent with each page's history
+        # (``models.estimation.periodic``), and the observations that narrowed them
+        self.phases = PhaseHistory.empty(n_pages)
 
     def record_seed(self, last_modified: FloatArray) -> None:
         """The seed crawl's Last-Modified headers (every page fetched at day 0)."""
@@ -141,6 +145,13 @@ class PageObservations:
                 hit.astype(np.int8),
                 interval,
             )
+        self.phases.record(
+            pages,
+            to_cells(self.last_fetch[pages]),
+            to_cells(np.full(pages.shape[0], float(day))),
+            interval,
+            hit,
+        )
         t_changed = np.where(hit, interval, 0.0)
         self.n_intervals[pages] += 1
         self.n_changed[pages] += hit

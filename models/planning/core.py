@@ -42,6 +42,7 @@ from numpy.typing import ArrayLike, NDArray
 from models.allocation.allocate import Allocation, allocate
 from models.allocation.freshness import FRESHNESS, Objective
 from models.estimation.change_rate import PriorChoice, estimate_from_moments
+from models.estimation.periodic import PeriodicOutlook
 from models.estimation.rate_data import PageMoments, RateEstimates
 from models.planning.select import (
     Candidates,
@@ -79,6 +80,8 @@ class PlanningPages:
     planned: IntArray | None = None
     page_ids: IntArray | None = None
     change_ratio: FloatArray | None = None
+    #: detected periodic pages (``models.estimation.periodic.outlook``; None: none)
+    periodic: PeriodicOutlook | None = None
 
     @property
     def size(self) -> int:
@@ -136,15 +139,8 @@ def plan_from_moments(
     estimates = estimate_from_moments(moments, groups=groups, prior=prior)
     rate = estimates.rate[planned]
     due_budget = budget * (1 - slices.discovery - slices.reestimation - slices.verification)
-    allocation = allocate(
-        rate,
-        due_budget / cycle_days,
-        weights=pages.value,
-        costs=pages.cost,
-        hosts=pages.hosts,
-        host_capacity=_per_present_host(pages.hosts, capacity) / cycle_days,
-        max_frequency=1.0 / cycle_days,
-        objective=objective,
+    allocation, periodic = _allocate(
+        rate, due_budget, pages, capacity, cycle_days=cycle_days, objective=objective
     )
     candidates = Candidates(
         page_ids=moments.page_ids[planned] if pages.page_ids is None else pages.page_ids,
@@ -156,6 +152,7 @@ def plan_from_moments(
         log_std=estimates.log_std[planned],
         days_since_visit=pages.days_since_visit,
         intervals=(moments.n_intervals + moments.ages()[0])[planned].astype(np.float64),
+        periodic=periodic,
     )
     plan = select_batch(
         candidates,
@@ -167,6 +164,64 @@ def plan_from_moments(
         change_ratio=pages.change_ratio,
     )
     return PlannedCycle(estimates, allocation, candidates, plan)
+
+
+def _allocate(
+    rate: FloatArray,
+    due_budget: float,
+    pages: PlanningPages,
+    capacity: FloatArray,
+    *,
+    cycle_days: float,
+    objective: Objective,
+) -> tuple[Allocation, PeriodicOutlook | None]:
+    """The allocation, with each detected periodic page worth it pinned at one visit a
+    period (``pages.periodic``); returns the outlook of the pinned pages only.
+
+    A periodic page visited on the first cycle after each change is fresh for its period
+    but about half a cycle, at one visit's cost a period: value x (P - cycle / 2) / cost per
+    unit of budget, against the budget's shadow price of the allocation without the pins
+    (``Allocation.multiplier``, the value a unit of budget buys at the margin). Pages that
+    clear it are pinned, best first, while their spend stays within half the budget and
+    each host's pinned visits within half its capacity; the rest get the allocation's
+    frequencies for the other pages (and the candidates to probe stay in the outlook)."""
+    hosts_cap = _per_present_host(pages.hosts, capacity) / cycle_days
+    budget = due_budget / cycle_days
+
+    def solve(low: FloatArray | float, high: FloatArray | float) -> Allocation:
+        return allocate(
+            rate,
+            budget,
+            weights=pages.value,
+            costs=pages.cost,
+            hosts=pages.hosts,
+            host_capacity=hosts_cap,
+            min_frequency=low,
+            max_frequency=high,
+            objective=objective,
+        )
+
+    first = solve(0.0, 1.0 / cycle_days)
+    per = pages.periodic
+    if per is None or not (per.period > 0).any():
+        return first, per  # no page to pin; the candidates to probe stay
+    on = per.period > 0
+    period = np.where(on, per.period, np.inf)
+    worth = np.where(on, pages.value * (period - 0.5 * cycle_days) / pages.cost, 0.0)
+    pinned = on & (worth >= first.multiplier)
+    order = np.flatnonzero(pinned)[np.argsort(-worth[pinned], kind="stable")]
+    spend = np.cumsum(pages.cost[order] / period[order])
+    order = order[spend <= 0.5 * budget]
+    _, host_codes = np.unique(pages.hosts, return_inverse=True)
+    load = np.zeros(hosts_cap.shape[0])
+    np.add.at(load, host_codes[order], 1.0 / period[order])
+    order = order[(load <= 0.5 * hosts_cap)[host_codes[order]]]
+    keep = np.zeros(on.shape[0], dtype=bool)
+    keep[order] = True
+    if not keep.any():
+        return first, per.only(keep)
+    fixed = np.where(keep, 1.0 / period, 0.0)
+    return solve(fixed, np.where(keep, fixed, 1.0 / cycle_days)), per.only(keep)
 
 
 def _per_present_host(hosts: IntArray, capacity: FloatArray) -> FloatArray:
@@ -186,6 +241,8 @@ def _check(moments: PageMoments, pages: PlanningPages, planned: IntArray, cap: F
         raise PlanningInputError("planned positions must index the estimated pages")
     if pages.page_ids is not None and pages.page_ids.shape != (n,):
         raise PlanningInputError(f"page_ids must have one entry per planned page ({n})")
+    if pages.periodic is not None and pages.periodic.size != n:
+        raise PlanningInputError(f"periodic must have one entry per planned page ({n})")
     if pages.change_ratio is not None and np.asarray(pages.change_ratio).shape != (n,):
         raise PlanningInputError(f"change_ratio must have one entry per planned page ({n})")
     if n and (pages.hosts.min() < 0 or pages.hosts.max() >= cap.shape[0]):

@@ -46,6 +46,7 @@ from numpy.typing import NDArray
 
 from models.allocation.freshness import fresh_days_after_visit
 from models.discovery.lastmod import posterior_change
+from models.estimation.periodic import PeriodicOutlook
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -103,6 +104,9 @@ class Candidates:
     days_since_visit: FloatArray
     #: intervals observed per page (None: not known, so no cold-start re-estimation)
     intervals: FloatArray | None = None
+    #: pages planned as periodic (``PeriodicOutlook``: their period, chance of a change
+    #: since the last visit and fresh days a visit buys; None: every page is Poisson)
+    periodic: PeriodicOutlook | None = None
 
     @property
     def size(self) -> int:
@@ -176,6 +180,13 @@ def select_batch(
     # no copy of a page never fetched: stale for sure, so a first visit buys the whole gain
     p_changed = np.where(known, -np.expm1(-c.rate * since), 1.0)
     gain = p_changed * fresh_days_after_visit(c.rate, np.minimum(interval, 365.0))
+    # a periodic page is due once half its consistent phases have passed since its last
+    # visit (one phase: the first cycle after the expected change; several: a visit then
+    # catches the change or halves the window), priced by the fresh days it then buys
+    periodic = known & (c.periodic.period > 0) if c.periodic is not None else None
+    if c.periodic is not None and periodic is not None:
+        p_changed = np.where(periodic, c.periodic.p_changed, p_changed)
+        gain = np.where(periodic, c.periodic.gain, gain)
     rng = np.random.default_rng(seed)
 
     taken = np.zeros(c.size, dtype=bool)
@@ -198,9 +209,18 @@ def select_batch(
     take(VERIFICATION, known, verify_scores, slices.verification * budget)
     take(DISCOVERY, ~known, c.value / c.cost, slices.discovery * budget)
     stale, stale_scores = reestimation_rule(c, since, slices, host_capacity.shape[0])
+    before = remaining
     take(REESTIMATION, stale, stale_scores, slices.reestimation * budget)
+    if c.periodic is not None and c.periodic.probe_period is not None:
+        # what the slice leaves tests periodic candidates (``periodic_probes``), longest
+        # period first (what knowing it is worth) per value and cost
+        left = slices.reestimation * budget - (before - remaining)
+        probe = known & periodic_probes(c.periodic, p_changed)
+        take(REESTIMATION, probe, c.value * c.periodic.probe_period / c.cost, left)
     # due: the interval has passed, within half a cycle (visits happen at any time of day)
     due = known & (c.frequency > 0) & (since >= interval - 0.5 * cycle_days)
+    if periodic is not None:
+        due = np.where(periodic, p_changed >= 0.5, due)
     priority = c.value * gain / c.cost
     take(DUE, due | ~known, priority, remaining)
     reason[taken & ~known] = DISCOVERY  # first visits keep their reason, whichever slice
@@ -232,6 +252,22 @@ def select_batch(
         cost=c.cost[index],
         budget=float(budget),
     )
+
+
+def periodic_probes(periodic: PeriodicOutlook, p_poisson: FloatArray) -> NDArray[np.bool_]:
+    """Periodic candidates a visit now tests best: where their best period leaves the
+    outcome a toss-up (a quarter to three quarters of its phases passed: the visit halves
+    the window) or predicts it opposite to the Poisson estimate (``p_poisson``, the chance
+    of a change since the last visit at the estimated rate: apart by a half or more)."""
+    if periodic.probe_period is None or periodic.probe_p_changed is None:
+        return np.zeros(periodic.size, dtype=bool)
+    p = periodic.probe_p_changed
+    on = periodic.probe_period > 0
+    with np.errstate(invalid="ignore"):
+        split = (p >= 0.25) & (p <= 0.75)
+        opposite = np.abs(p - p_poisson) >= 0.5
+    out: NDArray[np.bool_] = on & (split | opposite)
+    return out
 
 
 def reestimation_rule(

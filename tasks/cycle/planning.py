@@ -7,12 +7,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from models.discovery.admission import NEAR_DUPLICATE_VALUE
 from models.estimation.change_rate import PriorChoice
+from models.estimation.periodic import (
+    DEFAULT_RULE,
+    PERIODS,
+    DetectionRule,
+    PeriodicOutlook,
+    PhaseHistory,
+    planning_outlook,
+)
 from models.outcomes import BILLED, NOT_SENT, OBSERVED, UNHEALTHY, sql_list
 from models.planning.core import PlanningPages, plan_from_moments
 from models.planning.cost import COST_MODELS, CostModel, PageHistory, health_multiplier
@@ -68,6 +77,22 @@ WHERE c.canonical IS NULL  -- a page known by another URL is not planned on its 
 ORDER BY e.pos  -- the estimates' order: the seeded verification sample is reproducible
 """
 
+# Each observed visit of the last cycles with the cycle of the page's visit before it: the
+# observations the periodicity detector reads (``models.estimation.periodic``: the cycle ids
+# are its cells). The window is twice the longest candidate period.
+_PERIODIC_ROWS = """
+SELECT url_id, coalesce(start_cycle, -1) AS start_cycle, cycle_id AS end_cycle,
+       coalesce(interval_days, 0.0) AS interval_days, coalesce(changed, false) AS changed,
+       coalesce(changed IS NOT NULL AND interval_days > 0 AND start_cycle < cycle_id, false)
+           AS usable
+FROM (
+    SELECT url_id, cycle_id, interval_days, changed,
+           lag(cycle_id) OVER (PARTITION BY url_id ORDER BY fetched_at) AS start_cycle
+    FROM history
+    WHERE outcome IN (SELECT unnest($observed)) AND cycle_id >= $since AND cycle_id <= $cycle
+)
+"""
+
 
 #: Ad hoc plans (a notebook's, ``recrawl plan``, the ``plan-adhoc`` deployment) live apart
 #: from the cycles' own plans, each under its own name, so planning ahead never replaces the
@@ -121,6 +146,7 @@ def plan_cycle(
     adhoc_name: str | None = None,
     prior: PriorChoice = "mixture",
     signals: bool = True,
+    periodic: DetectionRule | None = DEFAULT_RULE,
 ) -> PlanResult:
     """Write ``<root>/plans/cycle=<id>.parquet`` and return its path and summary.
 
@@ -152,6 +178,12 @@ def plan_cycle(
     change_ratios``), and the batch reorders each host's revisits by it, within the host's
     own share (``models.planning.select.select_batch``): a host whose signals proved nothing
     is planned exactly as without them. The summary counts the pages whose ratio is not 1.
+
+    With ``periodic`` (a ``models.estimation.periodic.DetectionRule``), the visits of the
+    last 60 cycles tell which pages change once every P cycles and at which phase
+    (:func:`periodic_outlook`); such a page is visited on the first cycle after its
+    expected change, at one visit a period, and a page whose phase is uncertain is visited
+    where the visit halves it (``models.planning.core``). The summary counts them.
     """
     slices = slices or Slices()
     model = _cost_model(cost_model)
@@ -196,6 +228,11 @@ def plan_cycle(
             days_since_epoch(pages["last_visit"]),
             timestamp_days(stamp),
         )
+    outlook = (
+        None
+        if periodic is None
+        else periodic_outlook(con, pages["url_id"].to_numpy(), cycle_id, periodic, cycle_days)
+    )
     cycle = plan_from_moments(
         inputs.moments,
         inputs.group_codes,
@@ -206,6 +243,7 @@ def plan_cycle(
             days_since_visit=since,
             planned=pages["pos"].to_numpy(dtype=np.int64),
             change_ratio=ratio,
+            periodic=outlook,
         ),
         budget,
         np.full(len(host_names), host_capacity),
@@ -233,7 +271,52 @@ def plan_cycle(
     summary = plan.summary()
     summary["allocated_expected_freshness"] = allocation.expected_freshness
     summary["signalled_pages"] = float(np.count_nonzero(ratio != 1.0)) if ratio is not None else 0.0
+    summary["periodic_pages"] = (
+        float(np.count_nonzero(outlook.period > 0)) if outlook is not None else 0.0
+    )
     return PlanResult(path, summary, model.name, cycle.estimates.prior_description())
+
+
+def periodic_outlook(
+    con: duckdb.DuckDBPyConnection,
+    url_ids: np.ndarray,
+    cycle_id: int,
+    rule: DetectionRule,
+    cycle_days: float = 1.0,
+) -> PeriodicOutlook:
+    """The periodic outlook of the pages ``url_ids`` (in order) at cycle ``cycle_id`` from
+    the ``history`` relation registered on ``con``: each page's observed visits of the last
+    ``2 x 30`` cycles, cycle ids as the detector's cells."""
+    since = int(cycle_id) - 2 * int(PERIODS.max())
+    rows = con.sql(
+        _PERIODIC_ROWS,
+        params={"observed": sql_list(OBSERVED), "since": since, "cycle": int(cycle_id)},
+    ).fetchnumpy()
+    position = pd.Index(url_ids).get_indexer(rows["url_id"])
+    n = int(url_ids.shape[0])
+    mine = position >= 0
+    last_visit = np.full(n, np.nan)  # the page's last observed visit (a cycle id)
+    np.fmax.at(last_visit, position[mine], np.asarray(rows["end_cycle"], dtype=np.float64)[mine])
+    use = mine & np.asarray(rows["usable"], dtype=bool)
+    changed_at = np.bincount(
+        position[use], weights=np.asarray(rows["changed"], dtype=bool)[use], minlength=n
+    )
+    # a page with fewer changes than the rule asks for is neither believed nor probed:
+    # its rows are left out of the detector (the same outlook, for less work)
+    use &= changed_at[np.where(mine, position, 0)] >= rule.min_changes
+    page = position[use].astype(np.int64)
+    changed = np.asarray(rows["changed"], dtype=bool)[use]
+    history = PhaseHistory.from_rows(
+        page,
+        np.asarray(rows["start_cycle"], dtype=np.int64)[use],
+        np.asarray(rows["end_cycle"], dtype=np.int64)[use],
+        np.asarray(rows["interval_days"], dtype=np.float64)[use],
+        changed,
+        n,
+    )
+    return planning_outlook(
+        history, changed_at, last_visit, float(cycle_id), rule=rule, cycle_days=cycle_days
+    )
 
 
 def page_costs(model: CostModel, pages: pd.DataFrame) -> np.ndarray:
