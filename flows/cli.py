@@ -88,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         "bandwidth (bytes incl. headers, failures too), or the catalog's cost hints",
     )
     plan.add_argument("--prior", choices=PRIOR_NAMES, default="mixture", help=PRIOR_HELP)
+    plan.add_argument(
+        "--periodic",
+        action="store_true",
+        help="detect pages that change once every 2-30 cycles and plan them just after their "
+        "expected change (reads the last 60 cycles of history: about 2 us a stored visit)",
+    )
 
     run = sub.add_parser(
         "run", help="one cycle of the daily recrawl on your root: plan, fetch, commit, report"
@@ -262,6 +268,7 @@ def _estimate(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     from flows.plan import next_cycle_id
+    from models.estimation.periodic import DEFAULT_RULE
     from tasks.cycle.planning import adhoc_plan_name, plan_cycle
     from tasks.store.catalog import require_store
 
@@ -277,6 +284,7 @@ def _plan(args: argparse.Namespace) -> int:
         cost_model=args.cost_model,
         adhoc_name=args.name or adhoc_plan_name(cycle),
         prior=args.prior,
+        periodic=DEFAULT_RULE if args.periodic else None,
     )
     print(f"plan of cycle {cycle} written to {result.path} (cost model: {result.cost_model})")
     print(result.prior)

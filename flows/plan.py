@@ -17,6 +17,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.run_context import run_logger
+from models.estimation.periodic import DEFAULT_RULE
 from models.estimation.prior_names import PriorName
 from models.planning.cost import CostModelName
 from models.planning.select import Slices
@@ -49,10 +50,12 @@ def plan_cycle_task(
     slices: dict[str, Any] | None = None,
     adhoc_name: str | None = None,
     prior: PriorName = "mixture",
+    periodic: bool = False,
 ) -> dict[str, Any]:
     """Write ``<root>/plans/cycle=<id>.parquet`` (and its summary JSON); return path + numbers.
 
     With ``adhoc_name``: ``plans/adhoc/<name>.parquet`` (``tasks.cycle.planning.plan_path``).
+    ``periodic``: detect pages that change once every P cycles (``plan_cycle``'s detector).
     """
     keep_freed_memory()
     started = time.time()
@@ -67,6 +70,7 @@ def plan_cycle_task(
         slices=Slices(**slices) if slices else None,
         adhoc_name=adhoc_name,
         prior=prior,
+        periodic=DEFAULT_RULE if periodic else None,
     )
     summary = {k: float(v) for k, v in result.summary.items()}
     durable_write_text(
@@ -105,6 +109,7 @@ def plan_flow(
     seed: int = 0,
     at: datetime | None = None,
     prior: PriorName = "mixture",
+    periodic: bool = False,
 ) -> dict[str, Any]:
     """Plan one cycle (default: the one after the newest committed) without fetching.
 
@@ -123,6 +128,7 @@ def plan_flow(
         at,
         adhoc_name=adhoc_plan_name(cycle_id),
         prior=prior,
+        periodic=periodic,
     )
     return {
         "cycle": cycle_id,

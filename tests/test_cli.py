@@ -128,6 +128,24 @@ def test_plan_writes_a_plan_within_budget(tmp_path, monkeypatch, capsys):
     assert 0 < plan["cost"].sum() <= 300
     assert set(plan["reason"]) <= {"due", "discovery", "re-estimation", "verification", "ahead"}
     assert plan["url_id"].is_unique
+    # the periodicity detector is off unless asked for, and runs when it is
+    counted = [line.split() for line in done.stdout.splitlines() if "periodic_pages" in line]
+    assert counted == [["periodic_pages", "0.000"]]
+    import tasks.cycle.planning as planning
+    from models.estimation.periodic import DEFAULT_RULE
+
+    rules = []
+    detector = planning.periodic_outlook
+
+    def spy(con, url_ids, cycle_id, rule, cycle_days=1.0):
+        rules.append(rule)
+        return detector(con, url_ids, cycle_id, rule, cycle_days)
+
+    monkeypatch.setattr(planning, "periodic_outlook", spy)
+    args = ("plan", "--root", str(root), "--budget", "300", "--name", "try-2", "--periodic")
+    done = recrawl(monkeypatch, capsys, *args)
+    assert done.returncode == 0, done.stderr
+    assert rules == [DEFAULT_RULE]
 
 
 def test_synthetic_never_replaces_a_folder_it_did_not_write(tmp_path, monkeypatch, capsys):

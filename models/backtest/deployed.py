@@ -16,6 +16,10 @@ sample seeded by the cycle (the simulated day), and, from a cold start, no free 
 store: each cycle every page's likelihood ratio of having changed since its last visit
 (``PlanningPages.change_ratio``), and after the fetches what they found, to learn each
 host's trust from (``models.backtest.signals.LearnedSignals``: sitemap lastmod and feeds).
+
+``periodic`` (a ``models.estimation.periodic.DetectionRule``; off by default, as in
+``plan_cycle``) detects pages that change once every P cycles from the policy's own visits and
+plans them on the first cycle after their expected change (the ``planner+periodic`` variant).
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ from models.backtest.policies import Policy
 from models.backtest.web import FloatArray, IntArray, PublicWeb
 from models.estimation.change_rate import PriorChoice
 from models.estimation.periodic import (
-    DEFAULT_RULE,
     DetectionRule,
     PeriodicPages,
     detect,
@@ -68,7 +71,7 @@ class DeployedPlannerPolicy(Policy):
         seed: int = 0,
         name: str = "planner",
         signals: ChangeSignals | None = None,
-        periodic: DetectionRule | None = DEFAULT_RULE,
+        periodic: DetectionRule | None = None,
     ) -> None:
         super().__init__(web, budget)
         self.name = name

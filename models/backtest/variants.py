@@ -22,6 +22,9 @@ default comparison: each changes one thing, so its effect can be read off agains
   their host's rate, a template seen little leaves them at it (issue 18: a page visited once
   is planned at its host's rate; what a hierarchy host -> template would buy, before one is
   built into the estimator; it estimates twice);
+* ``planner+periodic`` - the deployed planner with the periodicity detector on
+  (``plan_cycle(periodic=DEFAULT_RULE)``, ``models.estimation.periodic``): pages believed to
+  change once every P cycles are visited on the first cycle after their expected change;
 * ``oracle+slices`` - the oracle with the planner's reserved slices (what they cost);
 * ``oracle-groups`` - the oracle told each group's mean true rate, not each page's: what
   knowing every group exactly buys, without any page's own behaviour (a diagnostic, not a
@@ -52,6 +55,7 @@ from models.backtest.select import select_nearest_due, select_with_horizon, sele
 from models.backtest.web import IntArray, PublicWeb, RateSchedule
 from models.estimation import mixture_prior
 from models.estimation.change_rate import PriorChoice, estimate_from_moments
+from models.estimation.periodic import DEFAULT_RULE
 from models.estimation.rate_data import PageMoments, RateEstimates
 from models.planning import core as planning_core
 from models.planning.select import Slices
@@ -215,6 +219,18 @@ def _template_blend_planner(ctx: PolicyContext) -> Policy:
     )
 
 
+def _periodic_planner(ctx: PolicyContext) -> Policy:
+    settings = ctx.planner_settings()
+    return DeployedPlannerPolicy(
+        ctx.workload.web,
+        ctx.budget,
+        objective=settings.objective,
+        seed=settings.seed,
+        name="planner+periodic",
+        periodic=DEFAULT_RULE,
+    )
+
+
 def _gamma_planner(ctx: PolicyContext) -> Policy:
     learner = EmpiricalBayesLearner(ctx.workload.web.groups)
     return PlannerPolicy(
@@ -232,6 +248,7 @@ _prior_variant("planner+horizon", selector=select_with_horizon)
 _prior_variant("planner+nearest", selector=select_nearest_due)
 register_policy("planner-centre")(_centre_planner)
 register_policy("planner+templates")(_template_blend_planner)
+register_policy("planner+periodic")(_periodic_planner)
 register_policy("oracle+slices")(_oracle_with_slices)
 register_policy("oracle-groups")(_group_oracle)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from models.discovery.urls import url_id
-from models.estimation.periodic import DetectionRule
+from models.estimation.periodic import DEFAULT_RULE, DetectionRule
 from tasks.cycle.planning import plan_cycle
 from tasks.store.catalog import CatalogStore
 from tasks.store.history import HistoryStore
@@ -43,7 +43,7 @@ def build(root):
 def test_the_periodic_page_is_planned_on_the_cycle_after_its_change(tmp_path):
     root, ids = build(tmp_path)
     now = START + timedelta(days=CYCLES, hours=9)
-    result = plan_cycle(root, CYCLES, budget=2.0, now=now, slices=None)
+    result = plan_cycle(root, CYCLES, budget=2.0, now=now, slices=None, periodic=DEFAULT_RULE)
     plan = pd.read_parquet(result.path)
     assert result.summary["periodic_pages"] == 2.0
     assert ids[0] in set(plan["url_id"])  # changed in cycle 29: due now
@@ -51,7 +51,7 @@ def test_the_periodic_page_is_planned_on_the_cycle_after_its_change(tmp_path):
     row = plan.set_index("url_id").loc[ids[0]]
     assert row["reason"] == "due" and row["p_changed"] == 1.0
     # without the detector both periodic pages are Poisson pages changing every 7 days
-    plain = plan_cycle(root, CYCLES, budget=2.0, now=now, periodic=None, adhoc_name="plain").summary
+    plain = plan_cycle(root, CYCLES, budget=2.0, now=now, adhoc_name="plain").summary
     assert plain["periodic_pages"] == 0.0
 
 
