@@ -13,10 +13,10 @@ wall time minus the union of all task bodies' intervals (Prefect's task runs, sl
 acquisition, futures), and separately the flow call's own start and end.
 
     .venv/bin/python benchmarks/bench_cycle.py [--hosts 1000] [--pages-per-host 20]
-        [--content-workers N | --dask-workers N] [--cpus 0] [--profile]
+        [--content-workers N | --dask-workers N | --batch-workers N] [--cpus 0] [--profile]
 
 CPU per page (issue 19): user + system CPU of every client process (this one, Prefect's
-server, the content workers or Dask's workers; never the sandbox's), per page of each
+server, the content or batch workers or Dask's workers; never the sandbox's), per page of each
 cycle, side by side with the engine's fetch-only run of the same pages in the same run
 (``fetch_batch_sync``, one batch, concurrency 64: no extraction, no WARC, no Prefect),
 before and after the cycles. ``--cpus`` pins this process and what it starts (not the
@@ -148,7 +148,7 @@ def client_processes(sandbox_pid: int) -> dict[int, tuple[str, Any]]:
         elif "distributed" in line or "dask" in line:
             role = "Dask workers"
         elif "multiprocessing" in line:
-            role = "content workers"
+            role = "worker processes (content or batch)"
         else:
             role = "other"
         found[child.pid] = (role, child)
@@ -250,6 +250,9 @@ def main() -> int:
     parser.add_argument("--host-shards", type=int, default=16, help="0: one host:<h> tag per host")
     parser.add_argument("--content-workers", type=int, default=0, help="worker processes")
     parser.add_argument("--dask-workers", type=int, default=0, help="a LocalCluster of N")
+    parser.add_argument(
+        "--batch-workers", type=int, default=0, help="whole host batches in N worker processes"
+    )
     parser.add_argument("--cpus", default=None, help="pin the client to these CPUs: 0 or 0,1")
     parser.add_argument("--profile", action="store_true", help="where the flow's CPU goes")
     parser.add_argument(
@@ -334,6 +337,7 @@ def main() -> int:
                 host_shards=args.host_shards,
                 content_workers=args.content_workers,
                 dask_address=dask_address,
+                batch_workers=args.batch_workers,
             )
             call_s = time.perf_counter() - started
             if sampler is not None:
