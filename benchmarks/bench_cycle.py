@@ -213,6 +213,27 @@ def print_py_spy(path: Path, processes: dict[int, tuple[str, Any]]) -> None:
             print(f"    {name:<48} {count / total:6.1%}")
 
 
+def peak_rss_lines(processes: dict[int, tuple[str, Any]]) -> list[str]:
+    """Each live client process's peak resident size so far (the kernel's VmHWM: no
+    sampling) and its proportional share now (PSS: pages shared with the fork server or
+    another worker counted in part)."""
+    import psutil
+
+    lines = []
+    for pid, (role, process) in sorted(processes.items(), key=lambda kv: kv[1][0]):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            peak = next(int(x.split()[1]) for x in status.splitlines() if x.startswith("VmHWM"))
+            pss = process.memory_full_info().pss
+        except (OSError, StopIteration, psutil.Error, AttributeError):
+            continue
+        lines.append(
+            f"  memory {role:<38} pid {pid:<8} peak RSS {peak / 1024:6.0f} MiB, "
+            f"PSS now {pss / 2**20:6.0f} MiB"
+        )
+    return lines
+
+
 def cpu_bound_line(total: float, busiest: float, cores: int = 2) -> str:
     """The cycle's shortest possible time on ``cores`` idle cores from its CPU alone: no
     faster than its CPU spread evenly, nor than its busiest process (the flow process is
@@ -371,6 +392,8 @@ def main() -> int:
                 "per second of wall time"
             )
             print(cpu_bound_line(total, busiest))
+            for line in peak_rss_lines(processes):
+                print(line)
             if sampler is not None:
                 from bench_cycle_sampler import table
 

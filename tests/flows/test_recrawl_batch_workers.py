@@ -162,7 +162,7 @@ def test_a_killed_batch_worker_costs_its_batches_and_the_flow_carries_on(
         assert (rows[rows["outcome"] != "error"]["outcome"] == "ok").all()
         for row in rows.itertuples():  # a row names only published records
             if isinstance(row.warc_file, str):
-                read_warc_record(root, row.warc_file, row.warc_offset)
+                read_warc_record(root, row.warc_file, int(row.warc_offset))
         assert not list(Path(root, "warc").rglob("*.tmp"))
 
         running.clock.set(START + timedelta(days=1))
