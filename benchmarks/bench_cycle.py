@@ -13,10 +13,10 @@ wall time minus the union of all task bodies' intervals (Prefect's task runs, sl
 acquisition, futures), and separately the flow call's own start and end.
 
     .venv/bin/python benchmarks/bench_cycle.py [--hosts 1000] [--pages-per-host 20]
-        [--content-workers N | --dask-workers N] [--cpus 0] [--profile]
+        [--content-workers N | --dask-workers N | --batch-workers N] [--cpus 0] [--profile]
 
 CPU per page (issue 19): user + system CPU of every client process (this one, Prefect's
-server, the content workers or Dask's workers; never the sandbox's), per page of each
+server, the content or batch workers or Dask's workers; never the sandbox's), per page of each
 cycle, side by side with the engine's fetch-only run of the same pages in the same run
 (``fetch_batch_sync``, one batch, concurrency 64: no extraction, no WARC, no Prefect),
 before and after the cycles. ``--cpus`` pins this process and what it starts (not the
@@ -148,7 +148,7 @@ def client_processes(sandbox_pid: int) -> dict[int, tuple[str, Any]]:
         elif "distributed" in line or "dask" in line:
             role = "Dask workers"
         elif "multiprocessing" in line:
-            role = "content workers"
+            role = "worker processes (content or batch)"
         else:
             role = "other"
         found[child.pid] = (role, child)
@@ -213,6 +213,27 @@ def print_py_spy(path: Path, processes: dict[int, tuple[str, Any]]) -> None:
             print(f"    {name:<48} {count / total:6.1%}")
 
 
+def peak_rss_lines(processes: dict[int, tuple[str, Any]]) -> list[str]:
+    """Each live client process's peak resident size so far (the kernel's VmHWM: no
+    sampling) and its proportional share now (PSS: pages shared with the fork server or
+    another worker counted in part)."""
+    import psutil
+
+    lines = []
+    for pid, (role, process) in sorted(processes.items(), key=lambda kv: kv[1][0]):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            peak = next(int(x.split()[1]) for x in status.splitlines() if x.startswith("VmHWM"))
+            pss = process.memory_full_info().pss
+        except (OSError, StopIteration, psutil.Error, AttributeError):
+            continue
+        lines.append(
+            f"  memory {role:<38} pid {pid:<8} peak RSS {peak / 1024:6.0f} MiB, "
+            f"PSS now {pss / 2**20:6.0f} MiB"
+        )
+    return lines
+
+
 def cpu_bound_line(total: float, busiest: float, cores: int = 2) -> str:
     """The cycle's shortest possible time on ``cores`` idle cores from its CPU alone: no
     faster than its CPU spread evenly, nor than its busiest process (the flow process is
@@ -250,6 +271,9 @@ def main() -> int:
     parser.add_argument("--host-shards", type=int, default=16, help="0: one host:<h> tag per host")
     parser.add_argument("--content-workers", type=int, default=0, help="worker processes")
     parser.add_argument("--dask-workers", type=int, default=0, help="a LocalCluster of N")
+    parser.add_argument(
+        "--batch-workers", type=int, default=0, help="whole host batches in N worker processes"
+    )
     parser.add_argument("--cpus", default=None, help="pin the client to these CPUs: 0 or 0,1")
     parser.add_argument("--profile", action="store_true", help="where the flow's CPU goes")
     parser.add_argument(
@@ -334,6 +358,7 @@ def main() -> int:
                 host_shards=args.host_shards,
                 content_workers=args.content_workers,
                 dask_address=dask_address,
+                batch_workers=args.batch_workers,
             )
             call_s = time.perf_counter() - started
             if sampler is not None:
@@ -367,6 +392,8 @@ def main() -> int:
                 "per second of wall time"
             )
             print(cpu_bound_line(total, busiest))
+            for line in peak_rss_lines(processes):
+                print(line)
             if sampler is not None:
                 from bench_cycle_sampler import table
 

@@ -37,7 +37,6 @@ coroutine that never runs. Each fetch task runs its own event loop (``asyncio.ru
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -60,6 +59,7 @@ from flows.plan import next_cycle_id, plan_cycle_task
 from flows.run_context import in_run, run_logger
 from models.estimation.prior_names import PriorName
 from models.planning.cost import CostModelName
+from tasks.cycle.batch_workers import BatchWorkers, check_batch_workers
 from tasks.cycle.content import (
     apply_cycle_content,
     content_pending,
@@ -74,13 +74,14 @@ from tasks.cycle.work import (
     BatchOutcome,
     BatchSpec,
     CycleCommit,
-    CycleInputError,
+    batch_spec,
     commit_cycle,
     cycle_state,
     discard_work,
     engine_state,
     fixed_clock,
     host_shard,
+    pacing_left_s,
     read_batch_metrics,
     read_batches,
     run_host_batch,
@@ -90,7 +91,6 @@ from tasks.cycle.work import (
 from tasks.discovery.lastmod_trust import record_signal_evidence
 from tasks.discovery.signals import refresh_signals_sync
 from tasks.fetch.batch_slots import BATCH_THREADS, batch_slots
-from tasks.fetch.engine import EngineState
 from tasks.fetch.settings import FetchSettings
 from tasks.listings.cycle import (
     apply_listing_summaries,
@@ -165,8 +165,13 @@ def fetch_host_batch_task(
     host_tags: list[str] | None = None,
     content_workers: int = 0,
     dask_address: str | None = None,
+    batch_workers: int = 0,
 ) -> BatchOutcome:
     """Fetch one host batch; its rows become the batch's staged part of the cycle.
+
+    ``batch_workers > 0``: the batch runs in one of that many worker processes of this
+    process (``tasks.cycle.batch_workers``), chosen by its first host; this task holds the
+    slots meanwhile and sleeps the pacing left its worker reports.
 
     ``host_tags``: the batch's ``host:<h>`` (or ``hostshard:<k>``) tags; the task holds a slot
     of each one's limit while it runs, through the process's one API client
@@ -179,19 +184,33 @@ def fetch_host_batch_task(
     started = time.time()
     settings = FetchSettings(**(fetch or {})).with_secrets()  # api_key_block, if named
     with batch_slots(host_tags or [], holder=_task_run_id()):
-        try:
-            outcome = run_host_batch(
+        if batch_workers:
+            spec = batch_spec(root, cycle, batch)
+            run = BatchWorkers(batch_workers).run(
                 root,
                 cycle,
                 batch,
+                spec.hosts if spec is not None else (),
                 settings=settings,
-                clock=fixed_clock(at) if at is not None else None,
+                at=at,
                 cost_model=cost_model,
                 window_s=window_s,
-                offload=content_offloader(content_workers, dask_address),
             )
-        finally:
-            held = hold_until_paced(root, cycle, batch, settings)
+            held = run.pacing_left_s
+            time.sleep(held)
+            outcome = run.result()
+        else:
+            outcome, held = _run_inline(
+                root,
+                cycle,
+                batch,
+                settings,
+                at,
+                cost_model,
+                window_s,
+                content_workers,
+                dask_address,
+            )
     run_logger().info(
         "%s: %d URLs, %d observations, %d failed, %.1f s (%.1f s of it the last pacing gap)%s",
         batch,
@@ -203,6 +222,34 @@ def fetch_host_batch_task(
         " (resumed: already fetched)" if outcome.resumed else "",
     )
     return outcome
+
+
+def _run_inline(
+    root: str,
+    cycle: int,
+    batch: str,
+    settings: FetchSettings,
+    at: datetime | None,
+    cost_model: str,
+    window_s: float | None,
+    content_workers: int,
+    dask_address: str | None,
+) -> tuple[BatchOutcome, float]:
+    """The batch in this thread; then the pacing gap after its hosts' last requests."""
+    try:
+        outcome = run_host_batch(
+            root,
+            cycle,
+            batch,
+            settings=settings,
+            clock=fixed_clock(at) if at is not None else None,
+            cost_model=cost_model,
+            window_s=window_s,
+            offload=content_offloader(content_workers, dask_address),
+        )
+    finally:
+        held = hold_until_paced(root, cycle, batch, settings)
+    return outcome, held
 
 
 def _task_run_id() -> UUID | None:
@@ -231,21 +278,12 @@ def hold_until_paced(root: str, cycle: int, batch: str, settings: FetchSettings)
     index already names the batch's hosts as the engine does (the catalog's normalized
     ``host[:port]``).
     """
-    try:
-        spec = next((b for b in read_batches(root, cycle) if b.name == batch), None)
-    except CycleInputError:  # no split: the batch never ran
-        spec = None
+    spec = batch_spec(root, cycle, batch)
     if spec is None:
         return 0.0
     wait = pacing_left_s(engine_state(settings), spec.hosts, time.monotonic())
     time.sleep(wait)
     return wait
-
-
-def pacing_left_s(state: EngineState, hosts: Iterable[str], now: float) -> float:
-    """Seconds until the pacing gap after the last request to each of ``hosts`` has passed."""
-    ends = [max(s.cooling) for h in hosts if (s := state.hosts.get(h)) is not None and s.cooling]
-    return max(0.0, max(ends, default=now) - now)
 
 
 @task(name="listing-pass", cache_policy=NO_CACHE)
@@ -439,6 +477,7 @@ def recrawl_flow(
     window_s: float | None = None,
     content_workers: int = 0,
     dask_address: str | None = None,
+    batch_workers: int = 0,
     replace: bool = False,
     seed: int | None = None,
     prior: PriorName = "mixture",
@@ -462,6 +501,10 @@ def recrawl_flow(
     that many worker processes of the flow's process, fed through bounded queues
     (``tasks.cycle.offload``); ``dask_address`` on a Dask cluster instead
     (``tasks.cycle.offload_dask``). Default: inline, in the batch's thread.
+    ``batch_workers > 0`` runs each whole batch (fetching too) in one of that many persistent
+    worker processes, chosen by a stable hash of its first host, so the fetching uses more
+    than one core (``tasks.cycle.batch_workers``); not with ``content_workers`` or
+    ``dask_address`` (the batch workers do their content work themselves). Default 0.
     ``signals``: before the plan, the due hosts' sitemaps and feeds are read
     (``refresh-signals``, ``tasks.discovery.signals``); after the commit, what the fetches
     found is recorded against them (``signal-evidence``), so each host's trust is learned
@@ -471,6 +514,11 @@ def recrawl_flow(
     """
     if content_workers < 0:
         raise ValueError(f"content_workers must be >= 0, got {content_workers}")
+    if check_batch_workers(batch_workers) and (content_workers or dask_address):
+        raise ValueError(
+            "batch_workers runs each batch's content work in its own worker: leave "
+            f"content_workers ({content_workers}) at 0 and dask_address unset with it"
+        )
     keep_freed_memory()
     logger = run_logger()
     flow_started = time.time()
@@ -533,7 +581,16 @@ def recrawl_flow(
         timings["listings"] = (listing.pop("started"), listing.pop("ended"))
 
     outcomes, failed = _fetch_batches(
-        root, cycle_id, specs, fetch, at, cost_model, window_s, content_workers, dask_address
+        root,
+        cycle_id,
+        specs,
+        fetch,
+        at,
+        cost_model,
+        window_s,
+        content_workers,
+        dask_address,
+        batch_workers,
     )
     commit = commit_cycle_task(root, cycle_id, at)
     if listing is not None:
@@ -590,6 +647,7 @@ def _fetch_batches(
     window_s: float | None,
     content_workers: int = 0,
     dask_address: str | None = None,
+    batch_workers: int = 0,
 ) -> tuple[list[BatchOutcome], list[str]]:
     """Submit one tagged task per batch, report progress, collect outcomes and failures."""
     logger = run_logger()
@@ -610,6 +668,7 @@ def _fetch_batches(
             list(spec.tags),
             content_workers,
             dask_address,
+            batch_workers,
             wait_for=upstream,
             return_state=False,  # the overload that takes wait_for
         )

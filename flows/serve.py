@@ -29,6 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--host-shards", type=int, default=64, help="0: one host:<name> tag per host"
     )
+    parser.add_argument(
+        "--batch-workers",
+        type=int,
+        default=0,
+        help="host batches in this many worker processes (0: in the flow's process)",
+    )
     return parser
 
 
@@ -40,7 +46,13 @@ def main(argv: list[str] | None = None) -> None:
     from flows.discover import discover_flow
     from flows.plan import plan_flow
     from flows.recrawl import recrawl_flow
+    from tasks.cycle.batch_workers import check_batch_workers
 
+    try:
+        batch_workers = check_batch_workers(args.batch_workers)
+    except ValueError as exc:
+        print(f"python -m flows.serve: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     try:
         start_local_prefect()
     except PrefectStartError as exc:
@@ -52,7 +64,11 @@ def main(argv: list[str] | None = None) -> None:
     recrawl = recrawl_flow.to_deployment(
         "recrawl-daily",
         cron="0 3 * * *",
-        parameters={**common, "host_shards": args.host_shards},
+        parameters={
+            **common,
+            "host_shards": args.host_shards,
+            "batch_workers": batch_workers,
+        },
         concurrency_limit=1,
     )
     discover = discover_flow.to_deployment(

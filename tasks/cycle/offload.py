@@ -95,12 +95,23 @@ class OffloadSettings:
     #: fresh process that has imported the extraction and WARC modules once; each worker,
     #: and each replacement, forks from it in milliseconds.
     start_method: str = "forkserver"
+    #: 0: a worker takes its items in order, one at a time (what ``close_batch`` relies on).
+    #: > 0: each ``_CALL`` item runs in one of that many threads of the worker and is
+    #: answered when it ends, in any order (whole host batches: ``tasks.cycle.batch_workers``).
+    threads: int = 0
+    #: the modules the fork server imports once. It is one per process: the first pool
+    #: started sets them (a later pool's workers import what they lack on first use).
+    preload: tuple[str, ...] = ()
+    #: what the workers are called in process names and messages ("<role> worker")
+    role: str = "content"
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.queue_items < 1:
             raise ValueError(f"queue_items must be >= 1, got {self.queue_items}")
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0, got {self.threads}")
         if self.start_method not in ("spawn", "forkserver", "fork"):
             raise ValueError(
                 f"start_method must be spawn, forkserver or fork, got {self.start_method!r}"
@@ -206,8 +217,11 @@ def _extract(
     return record.record_hash, record.simhash, found, why
 
 
-def _worker_main(index: int, inbox: Any, results: Connection) -> None:
+def _worker_main(index: int, inbox: Any, results: Connection, threads: int = 0) -> None:
     """A worker process: take items in order, answer each (an error is an answer).
+
+    ``threads > 0``: each ``_CALL`` item runs in a thread of its own (at most ``threads``)
+    and is answered as it ends (``_threaded_worker``).
 
     Answers go back in lists: those of the items taken while more were already waiting,
     sent before the worker would wait for the next (so none is held while it is idle), at
@@ -216,6 +230,9 @@ def _worker_main(index: int, inbox: Any, results: Connection) -> None:
     # the pid too: a replacement of a dead worker must never publish under a name the dead
     # one's rows point into
     state = _WorkerState(f"{index}p{os.getpid()}")
+    if threads:
+        _threaded_worker(state, inbox, results, threads)
+        return
     answers: list[tuple[int, bool, Any]] = []
     while True:
         if answers and (len(answers) >= _ANSWER_BATCH or inbox.empty()):
@@ -234,6 +251,34 @@ def _worker_main(index: int, inbox: Any, results: Connection) -> None:
             answers.append((job, False, f"{type(exc).__name__}: {exc}"))
     if answers:
         results.send(answers)
+    results.close()
+
+
+def _threaded_worker(state: _WorkerState, inbox: Any, results: Connection, threads: int) -> None:
+    """``_worker_main`` with each item in a thread: long items side by side (host batches
+    that mostly wait on their hosts' pacing), each answered alone as it ends. The pool
+    keeps at most ``queue_items`` in flight, so a thread is free for each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    lock = threading.Lock()
+
+    def work(kind: int, job: int, key: str, payload: tuple[Any, ...]) -> None:
+        try:
+            answer = (job, True, state.do(kind, key, payload))
+        except Exception as exc:  # the item's outcome, never the worker's end
+            answer = (job, False, f"{type(exc).__name__}: {exc}")
+        with lock, contextlib.suppress(OSError, ValueError):  # the pool went away
+            results.send([answer])
+
+    with ThreadPoolExecutor(threads, thread_name_prefix=f"worker-{state.index}") as running:
+        while True:
+            kind, job, key, payload = inbox.get()
+            if kind == _STOP:
+                break
+            if kind == _OPEN:
+                state.open(key, payload[0])
+                continue
+            running.submit(work, kind, job, key, payload)
     results.close()
 
 
@@ -261,7 +306,7 @@ class ContentPool:
         self.settings = settings or OffloadSettings()
         self._ctx = mp.get_context(self.settings.start_method)
         if self.settings.start_method == "forkserver":
-            self._ctx.set_forkserver_preload(list(_PRELOAD))
+            self._ctx.set_forkserver_preload(list(self.settings.preload or _PRELOAD))
         self._cond = threading.Condition()
         self._jobs: dict[int, tuple[int, Done]] = {}
         self._ids = itertools.count(1)
@@ -289,11 +334,19 @@ class ContentPool:
             for worker in self._workers:
                 worker.inbox.put((_OPEN, 0, key, (opening,)))
 
-    def submit(self, kind: int, key: str, payload: tuple[Any, ...], done: Done) -> int:
-        """Queue an item on the least busy worker, waiting for room; ``done(ok, value)``
-        is called from the pool's thread when it is answered. Returns the item's job id."""
+    def submit(
+        self,
+        kind: int,
+        key: str,
+        payload: tuple[Any, ...],
+        done: Done,
+        worker: int | None = None,
+    ) -> int:
+        """Queue an item on the least busy worker (or on worker ``worker`` modulo their
+        number), waiting for room; ``done(ok, value)`` is called from the pool's thread when
+        it is answered. Returns the item's job id."""
         with self._cond:
-            while (job := self._try_submit(kind, key, payload, done)) is None:
+            while (job := self._try_submit(kind, key, payload, done, worker)) is None:
                 self._cond.wait(0.1)
             return job
 
@@ -315,8 +368,10 @@ class ContentPool:
             delay = min(delay * 2, 0.05)
         return await future
 
-    def call(self, function: Callable[..., Any], *args: Any) -> Any:
-        """Run a picklable function in a worker and wait for its answer (tests, tools)."""
+    def call(self, function: Callable[..., Any], *args: Any, worker: int | None = None) -> Any:
+        """Run a picklable function in a worker (the least busy, or ``worker`` modulo their
+        number) and wait for its answer; its exception, or the worker's death, raises
+        ``OffloadError`` (``WorkerDiedError``)."""
         box: dict[str, Any] = {}
         event = threading.Event()
 
@@ -324,7 +379,7 @@ class ContentPool:
             box["ok"], box["value"] = ok, value
             event.set()
 
-        self.submit(_CALL, "", (function, args), done)
+        self.submit(_CALL, "", (function, args), done, worker)
         event.wait()
         if not box["ok"]:
             raise value_error(box["value"])
@@ -387,18 +442,28 @@ class ContentPool:
         receive, send = self._ctx.Pipe(duplex=False)
         process = self._ctx.Process(  # type: ignore[attr-defined]
             target=_worker_main,
-            args=(index, inbox, send),
-            name=f"content-worker-{index}",
+            args=(index, inbox, send, self.settings.threads),
+            name=f"{self.settings.role}-worker-{index}",
             daemon=True,
         )
         process.start()
         send.close()  # the worker holds the sending end: its death closes the pipe
         return _Worker(index, process, inbox, receive, set())
 
-    def _try_submit(self, kind: int, key: str, payload: tuple[Any, ...], done: Done) -> int | None:
+    def _try_submit(
+        self,
+        kind: int,
+        key: str,
+        payload: tuple[Any, ...],
+        done: Done,
+        chosen: int | None = None,
+    ) -> int | None:
         if self._closing:
             raise OffloadError("the content pool is closed")
-        worker = min(self._workers, key=lambda w: len(w.pending))
+        if chosen is None:
+            worker = min(self._workers, key=lambda w: len(w.pending))
+        else:
+            worker = self._workers[chosen % len(self._workers)]
         if len(worker.pending) >= self.settings.queue_items:
             return None
         return self._queue(worker, kind, key, payload, done)
@@ -475,6 +540,7 @@ class ContentPool:
             done(job, ok, value)
 
     def _dead(self, worker: _Worker) -> None:
+        worker.process.join(1.0)  # reaped: its exit code is known (its sentinel has fired)
         with self._cond:
             if worker not in self._workers:
                 return
@@ -484,14 +550,16 @@ class ContentPool:
                 return
             self.deaths += 1
             log.error(
-                "content worker %s (pid %s) died (exit code %s): its %d items become errors",
+                "%s worker %s (pid %s) died (exit code %s): its %d items become errors",
+                self.settings.role,
                 worker.index,
                 worker.process.pid,
                 code,
                 len(worker.pending),
             )
             error = WorkerDiedError(
-                f"content worker pid {worker.process.pid} died (exit code {code}) holding the item"
+                f"{self.settings.role} worker pid {worker.process.pid} died (exit code {code}) "
+                "holding the item"
             )
             failed = self._fail_pending(worker, error)
             worker.inbox.cancel_join_thread()

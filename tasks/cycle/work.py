@@ -46,7 +46,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -185,6 +185,15 @@ def cycle_state(root: str | Path, cycle_id: int) -> CycleState:
 def discard_work(root: str | Path, cycle_id: int) -> None:
     """Remove the cycle's working files (after its commit and report, or to start over)."""
     shutil.rmtree(work_dir(root, cycle_id), ignore_errors=True)
+
+
+def batch_spec(root: str | Path, cycle_id: int, batch_name: str) -> BatchSpec | None:
+    """The split's spec of one batch (its hosts as the engine names them), None without
+    a split or such a batch."""
+    try:
+        return next((b for b in read_batches(root, cycle_id) if b.name == batch_name), None)
+    except CycleInputError:  # no split: the batch never ran
+        return None
 
 
 def read_batches(root: str | Path, cycle_id: int) -> list[BatchSpec]:
@@ -428,6 +437,12 @@ def engine_state(settings: FetchSettings) -> EngineState:
         if state is None:
             state = _STATES[key] = EngineState(settings)
         return state
+
+
+def pacing_left_s(state: EngineState, hosts: Iterable[str], now: float) -> float:
+    """Seconds until the pacing gap after the last request to each of ``hosts`` has passed."""
+    ends = [max(s.cooling) for h in hosts if (s := state.hosts.get(h)) is not None and s.cooling]
+    return max(0.0, max(ends, default=now) - now)
 
 
 def cost_hook_for(model: CostModel | str) -> CostHook:
