@@ -483,6 +483,7 @@ def recrawl_flow(
     prior: PriorName = "mixture",
     signals: bool = True,
     render_probe: bool = True,
+    periodic: bool = False,
 ) -> dict[str, Any]:
     """One recrawl cycle (see the module docstring).
 
@@ -510,7 +511,10 @@ def recrawl_flow(
     found is recorded against them (``signal-evidence``), so each host's trust is learned
     and the next plans reorder its revisits by them. ``render_probe``: after the commit, the
     cycle's hosts due for a rendering verdict are probed (``probe-render``; nothing without
-    a Chromium), so the next cycles render the hosts that need it.
+    a Chromium), so the next cycles render the hosts that need it. ``periodic``: the plan
+    detects pages that change once every 2-30 cycles and visits them on the first cycle after
+    their expected change (``tasks.cycle.planning.plan_cycle``; off by default: it reads the
+    last 60 cycles of history at each plan).
     """
     if content_workers < 0:
         raise ValueError(f"content_workers must be >= 0, got {content_workers}")
@@ -565,6 +569,7 @@ def recrawl_flow(
             at,
             slices,
             prior=prior,
+            periodic=periodic,
         )
         plan_path = planned["path"]
         timings["plan"] = (planned["started"], planned["ended"])

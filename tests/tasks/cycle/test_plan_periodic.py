@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from models.discovery.urls import url_id
 from models.estimation.periodic import DEFAULT_RULE, DetectionRule
@@ -61,3 +62,14 @@ def test_a_strict_rule_believes_nothing(tmp_path):
     strict = DetectionRule(min_log_odds=1e6)
     result = plan_cycle(root, CYCLES, budget=2.0, now=now, periodic=strict)
     assert result.summary["periodic_pages"] == 0.0
+
+
+@pytest.mark.parametrize("periodic", [False, True])
+def test_the_plan_task_detects_only_when_asked(tmp_path, periodic):
+    # the daily deployment's path: recrawl_flow(periodic=...) -> plan_cycle_task
+    from flows.plan import plan_cycle_task
+
+    root, _ = build(tmp_path)
+    now = START + timedelta(days=CYCLES, hours=9)
+    planned = plan_cycle_task.fn(str(root), CYCLES, 2.0, at=now, periodic=periodic)
+    assert planned["summary"]["periodic_pages"] == (2.0 if periodic else 0.0)
