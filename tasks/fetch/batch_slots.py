@@ -147,6 +147,10 @@ class ProcessSlots:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        #: one slot call (acquire, renew, release) at a time from this process: side by side,
+        #: the local server's SQLite answers some of them 503 (SQLITE_BUSY_SNAPSHOT), and
+        #: Prefect's client retries each after 2, 4, 8 s of back-off
+        self.calls = threading.Lock()
         self._client: SyncPrefectClient | None = None
         self._key: tuple[int, str] | None = None
         self.stats = SlotStats()
@@ -234,7 +238,8 @@ def batch_slots(
         renewer.join(timeout=30)
         started = time.perf_counter()
         try:
-            client.release_concurrency_slots_with_lease(lease)
+            with own.calls:
+                client.release_concurrency_slots_with_lease(lease)
         finally:
             own.add(releases=1, api_s=time.perf_counter() - started)
 
@@ -254,9 +259,10 @@ def _acquire(
     while True:
         started = time.perf_counter()
         try:
-            response = client.increment_concurrency_slots_with_lease(
-                names=names, slots=1, mode="concurrency", lease_duration=duration, holder=holder
-            )
+            with own.calls:
+                response = client.increment_concurrency_slots_with_lease(
+                    names=names, slots=1, mode="concurrency", lease_duration=duration, holder=holder
+                )
         except httpx.HTTPStatusError as exc:
             api_s += time.perf_counter() - started
             if exc.response.status_code != 423:
@@ -290,7 +296,8 @@ def _renew_until(
         for attempt in range(3):
             started = time.perf_counter()
             try:
-                client.renew_concurrency_lease(lease, lease_duration=duration)
+                with own.calls:
+                    client.renew_concurrency_lease(lease, lease_duration=duration)
             except Exception:  # a server away for a moment: try again, then give up
                 own.add(api_s=time.perf_counter() - started)
                 if attempt == 2 or stop.wait(1.0 + attempt):

@@ -53,3 +53,64 @@ def test_the_slot_lease_is_60_s_or_what_the_environment_sets_above_it(monkeypatc
         monkeypatch.setenv("RECRAWL_SLOT_LEASE_S", bad)
         with pytest.raises(ValueError, match=message):
             lease_seconds()
+
+
+class _OneAtATimeClient:
+    """A slot API that notes how many of its calls were in flight at once; each call waits
+    up to 0.2 s for another to join it (so calls left side by side are seen overlapping)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.inside = 0
+        self.most = 0
+        self.calls = 0
+
+    def _call(self) -> None:
+        with self._lock:
+            self.inside += 1
+            self.calls += 1
+            self.most = max(self.most, self.inside)
+        for _ in range(20):
+            if self.most > 1:
+                break
+            threading.Event().wait(0.01)
+        with self._lock:
+            self.inside -= 1
+
+    def increment_concurrency_slots_with_lease(self, **_: object) -> object:
+        import uuid
+        from types import SimpleNamespace
+
+        self._call()
+        body = {"limits": [{"name": "x"}], "lease_id": str(uuid.uuid4())}
+        return SimpleNamespace(json=lambda: body)
+
+    def release_concurrency_slots_with_lease(self, lease: object) -> None:
+        self._call()
+
+    def renew_concurrency_lease(self, lease: object, lease_duration: float) -> None:
+        self._call()
+
+
+def test_a_process_makes_one_slot_call_at_a_time():
+    # side by side, the local server's SQLite answers some of them 503 and Prefect's client
+    # backs off 2 s or more: measured as most of a 100-host cycle's orchestration time
+    from tasks.fetch.batch_slots import ProcessSlots, batch_slots
+
+    client = _OneAtATimeClient()
+    slots = ProcessSlots()
+    slots.client = lambda: client  # type: ignore[method-assign]
+    start = threading.Barrier(4)
+
+    def batch(k: int) -> None:
+        start.wait()
+        with batch_slots([f"host:h{k}"], slots=slots, lease_s=60.0):
+            pass
+
+    threads = [threading.Thread(target=batch, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert client.calls == 8  # an acquisition and a release each
+    assert client.most == 1
