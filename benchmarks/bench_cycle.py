@@ -122,6 +122,9 @@ def phases(result: dict, call_s: float) -> dict[str, float]:
         "  of which staging parts": result["write_s"] - span("commit"),
         "writing (commit)": span("commit"),
         "report": span("report"),
+        "sitemap and feed reads (refresh-signals)": span("signals"),
+        "signal evidence": span("signal-evidence"),
+        "render probe (probe-render)": span("probe-render"),
         "orchestration overhead (flow body - task bodies)": flow_s - body,
         "flow start + end (call - body)": call_s - flow_s,
     }

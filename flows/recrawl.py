@@ -601,8 +601,16 @@ def recrawl_flow(
     if listing is not None:
         listing["kept_summaries"] = listing_summaries_task(root, cycle_id)
     content = cycle_content_task(root, cycle_id, at)
-    evidence = signal_evidence_task(root, cycle_id) if signals else {}
-    rendering = probe_render_task(root, cycle_id, at, fetch) if render_probe else {}
+    evidence: dict[str, int] = {}
+    rendering: dict[str, Any] = {}
+    if signals:
+        started = time.time()
+        evidence = signal_evidence_task(root, cycle_id)
+        timings["signal-evidence"] = (started, time.time())
+    if render_probe:
+        started = time.time()
+        rendering = probe_render_task(root, cycle_id, at, fetch)
+        timings["probe-render"] = (started, time.time())
     report = report_cycle_task(root, cycle_id, plan_path, cost_model, len(failed), at, prior)
     summary = {
         "cycle": cycle_id,
