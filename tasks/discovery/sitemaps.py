@@ -82,7 +82,9 @@ class SitemapSettings:
     max_urls: int = MAX_URLS
     max_bytes: int = MAX_BYTES
     timeout_s: float = 60.0  # per file, whole body
-    host_concurrency: int = 16  # hosts read at once
+    # hosts read at once: each mostly waits out its own min_delay_s between requests (at 16, a
+    # 1,000-host catalog's signals took 40 s of a daily cycle's wall); bodies are streamed
+    host_concurrency: int = 64
     min_delay_s: float = 0.5  # between the starts of two requests to one host
     crawl_delay_cap_s: float = 30.0
     host_connections: int = 4  # requests in flight to one host at once (starts still paced)
