@@ -20,6 +20,10 @@ host's trust from (``models.backtest.signals.LearnedSignals``: sitemap lastmod a
 ``periodic`` (a ``models.estimation.periodic.DetectionRule``; off by default, as in
 ``plan_cycle``) detects pages that change once every P cycles from the policy's own visits and
 plans them on the first cycle after their expected change (the ``planner+periodic`` variant).
+
+``drift`` (a ``models.backtest.drift.DriftRule``) adds a change detector before each cycle:
+pages observed since the last cycle whose discounted recent observations disagree with the
+rate they were last planned at get their history re-opened (a variant, not the deployment).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Protocol
 import numpy as np
 
 from models.allocation.freshness import FRESHNESS, Objective
+from models.backtest.drift import DriftRule, surprised_pages
 from models.backtest.learning import BoolArray
 from models.backtest.policies import Policy
 from models.backtest.web import FloatArray, IntArray, PublicWeb
@@ -72,8 +77,13 @@ class DeployedPlannerPolicy(Policy):
         name: str = "planner",
         signals: ChangeSignals | None = None,
         periodic: DetectionRule | None = None,
+        drift: DriftRule | None = None,
     ) -> None:
-        super().__init__(web, budget)
+        super().__init__(web, budget, recent_half_life=drift.half_life if drift else None)
+        self.drift = drift
+        self.reopened = 0
+        self._planned_rate: FloatArray | None = None
+        self._observed = np.zeros(0, dtype=np.int64)
         self.name = name
         self.groups = web.hosts if groups is None else groups
         self.prior = prior
@@ -98,6 +108,10 @@ class DeployedPlannerPolicy(Policy):
             periodic = planning_outlook(
                 o.phases, o.n_changed, to_cells(o.last_fetch), float(day), rule=self.periodic
             )
+        if self.drift is not None and self._planned_rate is not None and o.recent is not None:
+            moved = surprised_pages(o.recent, self._planned_rate, self._observed, self.drift)
+            o.reopen(moved)
+            self.reopened += int(moved.shape[0])
         cycle = plan_from_moments(
             self.observations.moments(),
             self.groups,
@@ -118,6 +132,7 @@ class DeployedPlannerPolicy(Policy):
             prior=self.prior,
             objective=self.objective,
         )
+        self._planned_rate = cycle.estimates.rate
         used = cycle.estimates.prior_used
         self.prior_used[used] = self.prior_used.get(used, 0) + 1
         plan = cycle.plan
@@ -128,6 +143,7 @@ class DeployedPlannerPolicy(Policy):
         return out
 
     def after_fetch(self, day: int, pages: IntArray, changed: BoolArray, first: BoolArray) -> None:
+        again = ~np.asarray(first, dtype=bool)
+        self._observed = np.sort(pages[again])
         if self.signals is not None:
-            again = ~np.asarray(first, dtype=bool)
             self.signals.learn(day, pages[again], np.asarray(changed, dtype=bool)[again])

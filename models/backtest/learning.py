@@ -193,6 +193,25 @@ class PageObservations:
     def days_since(self, day: float) -> FloatArray:
         return day - self.last_fetch
 
+    def reopen(self, pages: IntArray) -> None:
+        """Replace the sums of ``pages`` by their discounted ones (``recent``): from now on
+        their older intervals count by their age now (``models.planning.drift``). The
+        interval counts become float weights."""
+        if self.recent is None:
+            raise BacktestInputError("re-opening a page's history needs recent_half_life")
+        if pages.shape[0] == 0:
+            return
+        if self.n_intervals.dtype != np.float64:
+            self.n_intervals = self.n_intervals.astype(np.float64)
+            self.n_changed = self.n_changed.astype(np.float64)
+        r = self.recent
+        self.n_intervals[pages] = r.n_intervals[pages]
+        self.n_changed[pages] = r.n_changed[pages]
+        self.unchanged_days[pages] = r.unchanged_days[pages]
+        self.changed_sum[pages] = r.changed_sum[pages]
+        self.changed_sum_sq[pages] = r.changed_sum_sq[pages]
+        self.changed_sum_cube[pages] = r.changed_sum_cube[pages]
+
     def moments(self) -> PageMoments:
         """The statistics as the planner's estimator takes them: the censored sums, and the
         Last-Modified ages of trusted hosts (``moments_with_last_modified``, the product's)."""

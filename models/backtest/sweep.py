@@ -122,6 +122,24 @@ class LearningSweep:
         oracle's freshness on the shifted pages (NaN: not by the end of the run)."""
         return [recovery(r, policy).days_shifted for r in self.part("shift", budget)]
 
+    def shifted_ratio(self, policy: str, budget: float, days: tuple[int, int]) -> float:
+        """Mean over the shift runs of ``policy``'s freshness on the shifted pages over the
+        oracle's, averaged over days ``shift + days[0]`` to ``shift + days[1] - 1`` (negative
+        offsets: before the shift). Where ``shifted_recovery`` says "never", this says by how
+        much: the ratio of each block of days after the shift, and the one before it."""
+        ratios = []
+        for r in self.part("shift", budget):
+            if r.shift_day is None:
+                continue
+            lo, hi = r.shift_day + days[0], r.shift_day + days[1]
+            mine = r.daily[policy].tracked_freshness[max(lo, 0) : hi]
+            oracle = r.daily["oracle"].tracked_freshness[max(lo, 0) : hi]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = mine / oracle
+            if np.isfinite(ratio).any():
+                ratios.append(float(np.nanmean(np.where(np.isfinite(ratio), ratio, np.nan))))
+        return float(np.mean(ratios)) if ratios else math.nan
+
     def cost_per_change(self, policy: str, part: str, budget: float) -> float:
         """Window cost over window changes detected, summed over the runs."""
         runs = self.part(part, budget)
@@ -235,6 +253,17 @@ def format_sweep(sweep: LearningSweep) -> str:
                     f"{b:g} N days {','.join(f'{d:g}' for d in days)} gap "
                     f"{sweep.gap(policy, 'shift', b)[0]:.1%}   "
                 )
+            lines.append(f"{policy:<20}{cells}")
+        blocks = ((-10, 0), (0, 10), (10, 20), (20, 30))
+        lines.append(
+            "shifted pages' freshness over the oracle's (mean of the seeds), days from the "
+            "shift: " + ", ".join(f"{lo:+d}..{hi - 1:+d}" for lo, hi in blocks)
+        )
+        for policy in learners:
+            cells = ""
+            for b in c.shift_budgets:
+                ratios = " ".join(f"{sweep.shifted_ratio(policy, b, d):.3f}" for d in blocks)
+                cells += f"{b:g} N {ratios}   "
             lines.append(f"{policy:<20}{cells}")
     if sweep.part("capture"):
         lines += ["", "Change-capture objective: cost per change detected (all runs pooled)"]

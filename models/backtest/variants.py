@@ -25,6 +25,12 @@ default comparison: each changes one thing, so its effect can be read off agains
 * ``planner+periodic`` - the deployed planner with the periodicity detector on
   (``plan_cycle(periodic=DEFAULT_RULE)``, ``models.estimation.periodic``): pages believed to
   change once every P cycles are visited on the first cycle after their expected change;
+* ``planner+drift`` / ``planner+drift-c2`` - the deployed planner with a change detector
+  (``models/backtest/drift.py``): a page whose recent observations (discounted with a
+  14-day half-life) disagree with the rate it was planned at by a log-likelihood ratio
+  over 3 (over 2) has its history re-opened (older intervals discounted by their age);
+  ``planner+decay`` re-opens every page observed (recency weighting of every page's
+  history, half-life 14 days). Measured for behaviour shifts (issue 18), not adopted;
 * ``oracle+slices`` - the oracle with the planner's reserved slices (what they cost);
 * ``oracle-groups`` - the oracle told each group's mean true rate, not each page's: what
   knowing every group exactly buys, without any page's own behaviour (a diagnostic, not a
@@ -40,6 +46,7 @@ from numpy.typing import ArrayLike
 
 from models.allocation.freshness import FRESHNESS, Objective
 from models.backtest.deployed import DeployedPlannerPolicy
+from models.backtest.drift import DriftRule
 from models.backtest.learning import (
     EmpiricalBayesLearner,
     Estimate,
@@ -231,6 +238,22 @@ def _periodic_planner(ctx: PolicyContext) -> Policy:
     )
 
 
+def _drift_variant(name: str, rule: DriftRule) -> None:
+    """The deployed planner with pages re-opened by ``rule`` (``models.planning.drift``)."""
+
+    @register_policy(name)
+    def build(ctx: PolicyContext) -> Policy:
+        settings = ctx.planner_settings()
+        return DeployedPlannerPolicy(
+            ctx.workload.web,
+            ctx.budget,
+            objective=settings.objective,
+            seed=settings.seed,
+            name=name,
+            drift=rule,
+        )
+
+
 def _gamma_planner(ctx: PolicyContext) -> Policy:
     learner = EmpiricalBayesLearner(ctx.workload.web.groups)
     return PlannerPolicy(
@@ -249,6 +272,9 @@ _prior_variant("planner+nearest", selector=select_nearest_due)
 register_policy("planner-centre")(_centre_planner)
 register_policy("planner+templates")(_template_blend_planner)
 register_policy("planner+periodic")(_periodic_planner)
+_drift_variant("planner+drift", DriftRule(14.0, 3.0))
+_drift_variant("planner+drift-c2", DriftRule(14.0, 2.0))
+_drift_variant("planner+decay", DriftRule(14.0, 0.0))
 register_policy("oracle+slices")(_oracle_with_slices)
 register_policy("oracle-groups")(_group_oracle)
 

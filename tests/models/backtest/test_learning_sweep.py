@@ -137,6 +137,13 @@ def test_a_small_sweep_has_every_part_and_judges_every_target():
         assert {r.name for r in result.summary} == set(config.policies)
     mean, lo, hi = sweep.gap("planner", "main", 0.2)
     assert lo <= mean <= hi and math.isfinite(mean)
+    # the shifted pages' freshness over the oracle's, days 3-5: the oracle's is itself
+    assert sweep.shifted_ratio("oracle", 0.2, (0, 3)) == 1.0
+    (shift,) = sweep.part("shift")
+    mine = shift.daily["planner"].tracked_freshness[3:6]
+    oracle = shift.daily["oracle"].tracked_freshness[3:6]
+    assert sweep.shifted_ratio("planner", 0.2, (0, 3)) == pytest.approx(np.mean(mine / oracle))
+    assert "shifted pages' freshness over the oracle's" in format_sweep(sweep)
     text = format_sweep(sweep)
     assert "no Last-Modified" in text and "host-pooling" in text and "lambda-learn-crawl" in text
     checks = check_learning_targets(sweep)
