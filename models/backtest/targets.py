@@ -207,8 +207,21 @@ def check_learning_targets(
 ) -> list[TargetCheck]:
     """Issue 18's targets on a learning sweep (``models.backtest.sweep``), with reasons."""
     c = sweep.config
+    checks: list[TargetCheck] = []
+    # the main part's targets only on budgets it ran (a periodic- or shift-only sweep has none)
+    main = [b for b in c.budgets if sweep.part("main", b)]
+    if main:
+        checks.extend(_main_targets(sweep, main, name, baseline))
+    checks.extend(_part_targets(sweep, name))
+    return checks
+
+
+def _main_targets(
+    sweep: LearningSweep, budgets: list[float], name: str, baseline: str
+) -> list[TargetCheck]:
+    c = sweep.config
     checks = []
-    margins = {b: sweep.margin_over_uniform(name, "main", b) for b in c.budgets}
+    margins = {b: sweep.margin_over_uniform(name, "main", b) for b in budgets}
     below = [b for b, m in margins.items() if m < 0]
     checks.append(
         TargetCheck(
@@ -227,7 +240,7 @@ def check_learning_targets(
         )
     )
     for budget, goal in sorted(LEARNING_GAP_TARGETS.items(), reverse=True):
-        if budget not in c.budgets:
+        if budget not in budgets:
             continue
         mean, lo, _ = sweep.gap(name, "main", budget)
         met = bool(mean >= goal)
@@ -244,7 +257,7 @@ def check_learning_targets(
             )
         )
     for budget in BASELINE_BUDGETS:
-        if budget not in c.budgets or baseline not in c.policies:
+        if budget not in budgets or baseline not in c.policies:
             continue
         mine, theirs = sweep.gap(name, "main", budget)[0], sweep.gap(baseline, "main", budget)[0]
         lead = mine - theirs
@@ -256,6 +269,13 @@ def check_learning_targets(
                 f"{100 * lead:+.1f} points ({mine:.1%} vs {theirs:.1%})",
             )
         )
+    return checks
+
+
+def _part_targets(sweep: LearningSweep, name: str) -> list[TargetCheck]:
+    """The shift, periodic and change-capture parts' targets, where they ran."""
+    c = sweep.config
+    checks = []
     for budget in c.shift_budgets:
         days = sweep.shifted_recovery(name, budget)
         if not days:

@@ -19,7 +19,7 @@ from models.backtest.baselines import (
 )
 from models.backtest.families import FAMILIES, family_web
 from models.backtest.learning import PageObservations
-from models.backtest.sweep import SweepConfig, format_sweep, run_sweep
+from models.backtest.sweep import LearningSweep, SweepConfig, format_sweep, run_sweep
 from models.backtest.targets import check_learning_targets, format_checks
 from models.backtest.web import ChangeStream, Periodic, RateSchedule
 
@@ -160,3 +160,10 @@ def test_a_small_sweep_has_every_part_and_judges_every_target():
     # a missed target says why (the baseline margin's figures are their own reason)
     assert all(c.met or c.detail or "above" in c.target for c in checks)
     assert format_checks(checks).count("\n[") == len(checks) - 1
+    # a sweep without the main part (--parts periodic) judges none of the main part's targets
+    # (they were judged "met" on NaN margins)
+    parts_only = LearningSweep(config)
+    parts_only.results = {r: v for r, v in sweep.results.items() if r.part != "main"}
+    targets = [c.target for c in check_learning_targets(parts_only)]
+    assert not any("never below" in t or "of the gap at" in t or "above" in t for t in targets)
+    assert any("periodic web" in t for t in targets)
