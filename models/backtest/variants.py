@@ -40,6 +40,7 @@ default comparison: each changes one thing, so its effect can be read off agains
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -142,15 +143,27 @@ class CentrePlannerPolicy(DeployedPlannerPolicy):
             mixture_prior.CERTAINTY_EQUIVALENT = saved
 
 
-def _centre_planner(ctx: PolicyContext) -> Policy:
+def _deployed(
+    ctx: PolicyContext,
+    name: str,
+    policy: type[DeployedPlannerPolicy] = DeployedPlannerPolicy,
+    **options: Any,
+) -> Policy:
+    """``policy`` (the deployed planner or a subclass) on the run's web, budget, objective
+    and seed, under ``name``, with ``options`` (its one change)."""
     settings = ctx.planner_settings()
-    return CentrePlannerPolicy(
+    return policy(
         ctx.workload.web,
         ctx.budget,
         objective=settings.objective,
         seed=settings.seed,
-        name="planner-centre",
+        name=name,
+        **options,
     )
+
+
+def _centre_planner(ctx: PolicyContext) -> Policy:
+    return _deployed(ctx, "planner-centre", CentrePlannerPolicy)
 
 
 #: intervals a template needs for its estimate to weigh as much as its host's
@@ -215,43 +228,21 @@ class TemplateBlendPlannerPolicy(DeployedPlannerPolicy):
 
 
 def _template_blend_planner(ctx: PolicyContext) -> Policy:
-    settings = ctx.planner_settings()
-    return TemplateBlendPlannerPolicy(
-        ctx.workload.web,
-        ctx.budget,
-        objective=settings.objective,
-        seed=settings.seed,
-        name="planner+templates",
-        templates=ctx.workload.web.groups,
+    return _deployed(
+        ctx, "planner+templates", TemplateBlendPlannerPolicy, templates=ctx.workload.web.groups
     )
 
 
 def _periodic_planner(ctx: PolicyContext) -> Policy:
-    settings = ctx.planner_settings()
-    return DeployedPlannerPolicy(
-        ctx.workload.web,
-        ctx.budget,
-        objective=settings.objective,
-        seed=settings.seed,
-        name="planner+periodic",
-        periodic=DEFAULT_RULE,
-    )
+    return _deployed(ctx, "planner+periodic", periodic=DEFAULT_RULE)
 
 
 def _drift_variant(name: str, rule: DriftRule) -> None:
-    """The deployed planner with pages re-opened by ``rule`` (``models.planning.drift``)."""
+    """The deployed planner with pages re-opened by ``rule`` (``models.backtest.drift``)."""
 
     @register_policy(name)
     def build(ctx: PolicyContext) -> Policy:
-        settings = ctx.planner_settings()
-        return DeployedPlannerPolicy(
-            ctx.workload.web,
-            ctx.budget,
-            objective=settings.objective,
-            seed=settings.seed,
-            name=name,
-            drift=rule,
-        )
+        return _deployed(ctx, name, drift=rule)
 
 
 def _gamma_planner(ctx: PolicyContext) -> Policy:
