@@ -131,7 +131,9 @@ def test_a_killed_batch_worker_costs_its_batches_and_the_flow_carries_on(
             victim["batches"] = {s.name for s in specs if workers.worker_of(s.hosts) == index}
             victim["pid"] = workers.pool.pids[index]
             os.kill(victim["pid"], signal.SIGKILL)
-            while victim["pid"] in workers.pool.pids:  # seen dead (its sentinel): replaced
+            deadline = time.monotonic() + 120
+            # seen dead (its sentinel) and replaced; if never, the asserts below say so
+            while victim["pid"] in workers.pool.pids and time.monotonic() < deadline:
                 time.sleep(0.01)
             running.release()
 
